@@ -1,0 +1,19 @@
+"""mdsd: theory and measurement of multi-draft speculative decoding.
+
+Notation throughout: p is the target distribution, q the draft distribution (Leviathan et al.),
+k the number of drafts per step, n the vocabulary size. See the README for a tour.
+"""
+
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+
+# Each block below re-exports one concept's public API; keep `__all__` in step.
+__all__ = [
+    # laws
+    "DraftLaw",
+    "IID",
+    "WithoutReplacement",
+    "Hub",
+    "Greedy",
+    "TopK",
+    "Joint",
+]
