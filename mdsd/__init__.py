@@ -5,6 +5,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 """
 
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd.toy import toy_pair
 
 # Each block below re-exports one concept's public API; keep `__all__` in step.
 __all__ = [
@@ -16,4 +17,6 @@ __all__ = [
     "Greedy",
     "TopK",
     "Joint",
+    # toy pairs
+    "toy_pair",
 ]
