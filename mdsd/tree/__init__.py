@@ -1,0 +1,5 @@
+"""Token trees and the tree decoder (../shared/MATH.md §4)."""
+
+from mdsd.tree.tree import Tree
+
+__all__ = ["Tree"]
