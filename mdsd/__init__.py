@@ -5,7 +5,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 """
 
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
-from mdsd.toy import toy_pair
+from mdsd.toy import dirichlet_pair, toy_pair
 from mdsd.tree import Tree
 
 # Each block below re-exports one concept's public API; keep `__all__` in step.
@@ -20,6 +20,7 @@ __all__ = [
     "Joint",
     # toy pairs
     "toy_pair",
+    "dirichlet_pair",
     # token trees and tree decoding
     "Tree",
 ]

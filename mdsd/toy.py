@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from mdsd.validation import check_k
 
-__all__ = ["toy_pair"]
+__all__ = ["toy_pair", "dirichlet_pair"]
 
 
 def toy_pair(
@@ -73,6 +74,54 @@ def toy_pair(
     b = torch.rand(rows, n, generator=generator, dtype=torch.float64)  # [B, V]
     p = torch.softmax(a / temperature, dim=-1)
     q = torch.softmax((similarity * a + (1.0 - similarity) * b) / temperature, dim=-1)
+    if batch is None:
+        return p[0], q[0]
+    return p, q
+
+
+def dirichlet_pair(
+    n: int,
+    concentration: float,
+    generator: torch.Generator | None = None,
+    *,
+    batch: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Draw a target ``p`` and a draft ``q`` independently from the symmetric Dirichlet law.
+
+    .. math::
+
+        p, q \sim \operatorname{Dirichlet}(c, \dots, c) \text{ on } n \text{ tokens, independently.}
+
+    Small ``c`` gives sparse, peaked vectors; ``c = 1`` is uniform on the simplex. Each component is
+    drawn in log space, :math:`\log G = \log G' + \log(U) / c` with :math:`G' \sim \Gamma(c + 1)`,
+    :math:`U \sim U(0, 1)`, and normalised with a softmax, so tiny ``c`` never gives an all-zero vector.
+    The gamma draws come from a numpy generator seeded from ``generator``.
+
+    Returns float64 tensors ``[n]`` (or ``[batch, n]``), ``p`` drawn before ``q``.
+
+    >>> import torch
+    >>> p, q = dirichlet_pair(5, 0.5, torch.Generator().manual_seed(0), batch=3)
+    >>> p.shape, bool(torch.allclose(q.sum(-1), torch.ones(3, dtype=torch.float64)))
+    (torch.Size([3, 5]), True)
+    """
+    n = check_k(n, "n")
+    rows = 1 if batch is None else check_k(batch, "batch")
+    concentration = _real(concentration, "concentration")
+    if concentration <= 0:
+        raise ValueError(f"concentration must be > 0, got {concentration}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    rng = np.random.default_rng(seed)
+
+    def draw() -> torch.Tensor:  # [B, V]
+        log_g = (
+            np.log(rng.gamma(concentration + 1.0, size=(rows, n)))
+            + np.log(rng.random((rows, n))) / concentration
+        )
+        return torch.softmax(torch.from_numpy(log_g), dim=-1)
+
+    p, q = draw(), draw()
     if batch is None:
         return p[0], q[0]
     return p, q

@@ -4,10 +4,11 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 
 import mdsd
-from mdsd.toy import toy_pair
+from mdsd.toy import dirichlet_pair, toy_pair
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -96,3 +97,45 @@ def test_bad_arguments_raise_naming_them(kwargs, error, needle):
 def test_reexported_at_the_root():
     assert mdsd.toy_pair is toy_pair
     assert "toy_pair" in mdsd.__all__
+
+
+def _ks_pvalue_first_marginal(p0: np.ndarray, n: int, concentration: float) -> float:
+    """KS test of p_0 against its exact marginal Beta(c, (n - 1) c)."""
+    return scipy.stats.kstest(p0, scipy.stats.beta(concentration, (n - 1) * concentration).cdf).pvalue
+
+
+@pytest.mark.parametrize(("n", "concentration"), [(3, 0.1), (5, 0.3), (20, 1.0), (50, 4.0)])
+def test_dirichlet_marginal_is_beta(n, concentration):
+    """Seeded KS test at alpha = 1e-3 against Beta(c, (n-1)c), for p and for q (4000 draws each)."""
+    p, q = dirichlet_pair(n, concentration, torch.Generator().manual_seed(11), batch=4000)
+    for x in (p, q):
+        assert _ks_pvalue_first_marginal(x[:, 0].numpy(), n, concentration) > 1e-3
+    assert not torch.equal(p, q)
+
+
+def test_dirichlet_ks_test_catches_a_missing_power_correction():
+    """The same test rejects Gamma(c + 1) components (Dirichlet(c + 1)): the check has power."""
+    n, c = 5, 0.3
+    rng = np.random.default_rng(0)
+    g = rng.gamma(c + 1.0, size=(4000, n))
+    wrong = g / g.sum(axis=1, keepdims=True)
+    assert _ks_pvalue_first_marginal(wrong[:, 0], n, c) < 1e-3
+
+
+def test_dirichlet_tiny_concentration_stays_a_distribution():
+    p, q = dirichlet_pair(3, 1e-4, torch.Generator().manual_seed(0), batch=200)
+    for x in (p, q):
+        assert bool(torch.isfinite(x).all())
+        torch.testing.assert_close(x.sum(-1), torch.ones(200, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_dirichlet_reproducible_and_validated():
+    a = dirichlet_pair(8, 0.5, torch.Generator().manual_seed(5))
+    b = dirichlet_pair(8, 0.5, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (8,)
+    with pytest.raises(ValueError, match="concentration"):
+        dirichlet_pair(8, 0.0)
+    with pytest.raises(ValueError, match="n"):
+        dirichlet_pair(0, 1.0)
+    with pytest.raises(TypeError, match="generator"):
+        dirichlet_pair(8, 1.0, generator=np.random.default_rng(0))
