@@ -7,6 +7,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.toy import dirichlet_pair, toy_pair
 from mdsd.tree import Tree
+from mdsd.verifiers import VERIFIERS, AcceptanceEstimate, Verifier, estimate_acceptance, verifier
 
 # Each block below re-exports one concept's public API; keep `__all__` in step.
 __all__ = [
@@ -23,4 +24,10 @@ __all__ = [
     "dirichlet_pair",
     # token trees and tree decoding
     "Tree",
+    # verifiers
+    "VERIFIERS",
+    "verifier",
+    "Verifier",
+    "estimate_acceptance",
+    "AcceptanceEstimate",
 ]

@@ -1,0 +1,158 @@
+"""Slow float64 references: one plain loop per verifier, row by row and draft by draft.
+
+Each ``reference_<name>(p, q, drafts, accept, residual)`` takes one row (numpy float64 p, q [V], drafts
+[k], the row's uniforms ``accept`` [k] and ``residual``) and returns the emitted token. The batched
+samplers must emit the same tokens when given the same :class:`~mdsd.verifiers.ops.Uniforms`
+(:func:`reference_verify`). The references renormalise explicitly and never share code with the samplers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mdsd.verifiers.ops import Uniforms
+
+__all__ = ["reference_verify", "REFERENCES"]
+
+
+def _draw(w: np.ndarray, u: float) -> int:
+    """Inverse CDF: the first i with Σ_{j≤i} w_j > u Σ w (never a token of zero weight)."""
+    c = np.cumsum(w)
+    target = u * c[-1]
+    for i in range(w.size):
+        if c[i] > target and w[i] > 0:
+            return i
+    return int(np.flatnonzero(w > 0)[-1])
+
+
+def _norm_or(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    return w / w.sum() if w.sum() > 0 else fallback
+
+
+def reference_single(p, q, drafts, accept, residual):
+    x = drafts[0]
+    if accept[0] * q[x] < p[x]:
+        return x
+    return _draw(_norm_or(np.maximum(p - q, 0.0), p), residual)
+
+
+def reference_rrs(p, q, drafts, accept, residual):
+    pi = p
+    for i, x in enumerate(drafts):
+        if accept[i] * q[x] < pi[x]:
+            return x
+        pi = _norm_or(np.maximum(pi - q, 0.0), pi)
+    return _draw(pi, residual)
+
+
+def reference_rrsw(p, q, drafts, accept, residual):
+    pi, qi = p, q
+    for i, x in enumerate(drafts):
+        if accept[i] * qi[x] < pi[x]:
+            return x
+        pi = _norm_or(np.maximum(pi - qi, 0.0), p)
+        qi = qi.copy()
+        qi[x] = 0.0
+        qi = qi / qi.sum()
+    return _draw(pi, residual)
+
+
+def _kseq_rho(p, q, k):
+    def g(rho):
+        b = np.minimum(p / rho, q).sum()
+        return 1.0 - (1.0 - b) ** k - rho * b
+
+    lo, hi = 1.0, float(k)
+    if g(lo) <= 0:
+        return lo
+    for _ in range(60 + int(np.ceil(np.log2(k)))):
+        mid = 0.5 * (lo + hi)
+        if g(mid) <= 0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def reference_kseq(p, q, drafts, accept, residual):
+    k = len(drafts)
+    rho = _kseq_rho(p, q, k)
+    for i, x in enumerate(drafts):
+        if accept[i] * rho * q[x] < p[x]:
+            return x
+    b = np.minimum(p / rho, q).sum()
+    gamma = (1.0 - (1.0 - b) ** k) / b if b > 0 else rho
+    return _draw(_norm_or(np.maximum(p - gamma * np.minimum(p / rho, q), 0.0), p), residual)
+
+
+def reference_spechub(p, q, drafts, accept, residual):
+    a = int(np.argmax(q))
+    others = [j for j in range(q.size) if j != a]
+    pair = {j: q[a] * q[j] / sum(q[m] for m in others) for j in others}  # Q(a, j)
+    s_ia = sum(max(q[j] - p[j], 0.0) for j in others)
+    s_ai = sum(max(pair[j] - max(p[j] - q[j], 0.0), 0.0) for j in others)
+    x1, x2 = drafts
+    if x2 == a:  # pair (i, a)
+        i = x1
+        if accept[0] * q[i] < p[i]:
+            return i
+        if accept[1] * s_ia < max(p[a] - s_ai, 0.0):
+            return a
+    else:  # pair (a, i)
+        i = x2
+        if accept[0] * pair[i] < max(p[i] - q[i], 0.0):
+            return i
+        if accept[1] * s_ai < p[a]:
+            return a
+    w = np.zeros_like(p)
+    for j in others:
+        w[j] = max(max(p[j] - q[j], 0.0) - pair[j], 0.0)
+    w[a] = max(max(p[a] - s_ai, 0.0) - s_ia, 0.0)
+    return _draw(_norm_or(w, p), residual)
+
+
+def reference_greedy(p, q, drafts, accept, residual):
+    top, x = list(drafts[:-1]), drafts[-1]
+    qr = q.copy()
+    qr[top] = 0.0
+    qr = qr / qr.sum()  # q' = q restricted to V∖T
+    if accept[-1] * qr[x] < p[x]:
+        return x
+    return _draw(_norm_or(np.maximum(p - qr, 0.0), p), residual)
+
+
+def reference_topk(p, q, drafts, accept, residual):
+    return _draw(p, residual)
+
+
+REFERENCES = {
+    "single": reference_single,
+    "rrs": reference_rrs,
+    "rrsw": reference_rrsw,
+    "kseq": reference_kseq,
+    "spechub": reference_spechub,
+    "greedy": reference_greedy,
+    "topk": reference_topk,
+}
+
+
+def reference_verify(name: str, p: object, q: object, drafts: object, uniforms: Uniforms) -> torch.Tensor:
+    """Emitted tokens [B] of verifier ``name`` for rows p, q [B, V], drafts [B, k], row by row in float64.
+
+    >>> from mdsd.verifiers import draw_uniforms
+    >>> u = draw_uniforms((1,), 1, torch.Generator().manual_seed(0))
+    >>> int(reference_verify("single", [[0.0, 1.0]], [[0.0, 1.0]], [[1]], u)[0])
+    1
+    """
+    p = np.asarray(torch.as_tensor(p, dtype=torch.float64), dtype=np.float64)
+    q = np.asarray(torch.as_tensor(q, dtype=torch.float64), dtype=np.float64)
+    drafts = np.asarray(torch.as_tensor(drafts)).astype(int)
+    accept = uniforms.accept.cpu().numpy()
+    residual = uniforms.residual.cpu().numpy()
+    rule = REFERENCES[name]
+    out = [
+        rule(p[b] / p[b].sum(), q[b] / q[b].sum(), [int(x) for x in drafts[b]], accept[b], residual[b])
+        for b in range(drafts.shape[0])
+    ]
+    return torch.tensor(out, dtype=torch.long)
