@@ -22,7 +22,7 @@ class GreedyVerifier(Verifier):
     .. math:: \alpha = p(T) + \sum_{y \notin T} \min\Bigl(p(y), \frac{q(y)}{1 - q(T)}\Bigr) = \alpha^*
 
     >>> from mdsd.verifiers import verifier
-    >>> round(verifier("greedy", 2).acceptance([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), 6)  # .1 + .2 + .3 + 1/6
+    >>> round(verifier("greedy", 2).acceptance([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), 6)
     0.766667
     """
 

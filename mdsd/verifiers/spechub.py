@@ -51,7 +51,7 @@ class SpecHub(Verifier):
               = \alpha^*(p, \mathrm{Hub}(q)).
 
     >>> from mdsd.verifiers import verifier
-    >>> round(verifier("spechub", 2).acceptance([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), 6)  # .1 + .2 + .3 + 1/6
+    >>> round(verifier("spechub", 2).acceptance([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), 6)
     0.766667
     """
 
