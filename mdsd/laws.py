@@ -125,10 +125,9 @@ class WithoutReplacement(DraftLaw):
     def _joint(self, q):
         support = np.flatnonzero(q)
         for x in itertools.permutations(support.tolist(), self.k):
-            w, used = 1.0, 0.0
-            for i in x:
-                w *= q[i] / (1.0 - used)
-                used += q[i]
+            w = 1.0
+            for pos, i in enumerate(x):  # 1 − q(drawn) as the sum of the rest: no cancellation near one-hot q
+                w *= q[i] / np.delete(q, x[:pos]).sum()
             yield x, w
 
     def _sample(self, q, generator):
@@ -152,10 +151,11 @@ class Hub(DraftLaw):
 
     def _joint(self, q):
         a = int(ranked(q)[0])
+        rest = np.delete(q, a).sum()  # 1 − q_a without cancellation
         for i in np.flatnonzero(q).tolist():
             if i != a:
                 yield (i, a), q[i]
-                yield (a, i), q[a] * q[i] / (1.0 - q[a])
+                yield (a, i), q[a] * q[i] / rest
 
     def _sample(self, q, generator):
         hub = q.argmax(dim=-1)  # [...]; first maximum = lowest index
@@ -180,7 +180,7 @@ class Greedy(DraftLaw):
     def _joint(self, q):
         order = ranked(q)
         top = tuple(int(t) for t in order[: self.k - 1])
-        rest = 1.0 - q[list(top)].sum()
+        rest = np.delete(q, list(top)).sum()  # 1 − q(T) without cancellation
         for x in order[self.k - 1 :].tolist():
             yield (*top, x), q[x] / rest
 
