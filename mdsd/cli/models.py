@@ -1,0 +1,53 @@
+"""``mdsd models``: fetch, list and locate the real draft/target pairs in the mdsd cache.
+
+mdsd models fetch qwen2.5-coder        # download 28 wheels, join, check sha256, convert (once)
+mdsd models list                       # what is known and what is cached
+mdsd models path qwen2.5-coder target  # print a converted model directory
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("models", help="fetch, list and locate real model pairs (mdsd cache)")
+    parser.add_argument(
+        "--cache-dir", default=None, help="cache directory (default: $MDSD_CACHE or ~/.cache/mdsd)"
+    )
+    actions = parser.add_subparsers(dest="action", required=True)
+    fetch = actions.add_parser("fetch", help="download, join, verify and convert a model pair")
+    fetch.add_argument("pair", help="a known pair, e.g. qwen2.5-coder")
+    fetch.add_argument(
+        "--dtype", default="bfloat16", help="dtype of the saved safetensors (default: bfloat16)"
+    )
+    fetch.add_argument("--keep-gguf", action="store_true", help="keep the joined GGUF files after conversion")
+    fetch.add_argument("--force", action="store_true", help="redo every step even if cached")
+    actions.add_parser("list", help="list the known pairs and their cache state")
+    path = actions.add_parser("path", help="print the directory of a converted model")
+    path.add_argument("pair")
+    path.add_argument("role", choices=("target", "draft"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mdsd.data.wheels import cache_dir
+    from mdsd.hf.fetch import PAIRS, fetch, model_dir, wheels_present
+
+    if args.action == "fetch":
+        fetch(args.pair, cache=args.cache_dir, dtype=args.dtype, keep_gguf=args.keep_gguf, force=args.force)
+        return 0
+    if args.action == "path":
+        print(model_dir(args.pair, args.role, args.cache_dir))
+        return 0
+    print(f"cache: {cache_dir(args.cache_dir)}")
+    for name, pair in PAIRS.items():
+        wheels = wheels_present(name, args.cache_dir)
+        for role in ("target", "draft"):
+            spec = getattr(pair, role)
+            try:
+                state = f"converted at {model_dir(name, role, args.cache_dir)}"
+            except FileNotFoundError:
+                state = f"not converted; {wheels[role]}/{spec.parts} wheels cached"
+            print(f"{name} {role}: {spec.name} ({spec.size:,} bytes GGUF) - {state}")
+    return 0
