@@ -6,7 +6,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.toy import dirichlet_pair, toy_pair
-from mdsd.tree import Tree
+from mdsd.tree import Tree, TreeDecodeOutput, TreeDecoder
 from mdsd.verifiers import VERIFIERS, AcceptanceEstimate, Verifier, estimate_acceptance, verifier
 
 # Each block below re-exports one concept's public API; keep `__all__` in step.
@@ -24,6 +24,8 @@ __all__ = [
     "dirichlet_pair",
     # token trees and tree decoding
     "Tree",
+    "TreeDecoder",
+    "TreeDecodeOutput",
     # verifiers
     "VERIFIERS",
     "verifier",

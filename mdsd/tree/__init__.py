@@ -1,5 +1,6 @@
 """Token trees and the tree decoder (../shared/MATH.md §4)."""
 
+from mdsd.tree.decoder import TreeDecodeOutput, TreeDecoder
 from mdsd.tree.tree import Tree
 
-__all__ = ["Tree"]
+__all__ = ["Tree", "TreeDecoder", "TreeDecodeOutput"]

@@ -1,0 +1,41 @@
+"""Tiny causal LMs with random weights (built from a config: no downloads) for the decoder tests."""
+
+import copy
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+
+def tiny_lm(seed: int, vocab: int = 12, family: str = "qwen2", attn: str = "sdpa", sharpness: float = 3.0):
+    """A 2-layer model; ``sharpness`` scales the output layer (peakier next-token laws)."""
+    families = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+    config_cls, model_cls = families[family]
+    config = config_cls(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    config._attn_implementation = attn
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpness)
+    return model
+
+
+def perturbed(model, noise: float, seed: int):
+    """A copy of ``model`` with Gaussian noise of relative size ``noise`` on every weight (a close draft)."""
+    gen = torch.Generator().manual_seed(seed)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for w in other.parameters():
+            w.add_(noise * w.std() * torch.randn(w.shape, generator=gen))
+    return other
