@@ -7,7 +7,7 @@ import torch
 
 from mdsd.laws import Greedy, ranked
 from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
+from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take
 
 __all__ = ["GreedyVerifier"]
 
@@ -45,9 +45,7 @@ class GreedyVerifier(Verifier):
 
     def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         top, x = drafts[..., :-1], drafts[..., -1:]  # T [*B, K-1], the random draft [*B, 1]
-        total = q.sum(-1, dtype=torch.float64).expand(drafts.shape[:-1])
-        rest = (total - take(q, top).sum(-1, dtype=torch.float64)).clamp_min(torch.finfo(torch.float64).tiny)
-        scale = 1.0 / rest  # q' = scale * q off T
+        scale = 1.0 / mass_outside(q, top).clamp_min(torch.finfo(torch.float64).tiny)  # q' = scale * q off T
         accept = u.accept[..., -1] * scale * take(q, x)[..., 0] < take(p, x)[..., 0]
         gain = (p - scale.to(p.dtype).unsqueeze(-1) * q).clamp_min_(0)  # [*B, V]
         gain = gain.scatter_(-1, top, take(p, top))  # q' = 0 on T

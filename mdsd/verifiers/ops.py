@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Uniforms", "draw_uniforms", "take", "inverse_cdf", "first_match"]
+__all__ = ["Uniforms", "draw_uniforms", "take", "inverse_cdf", "first_match", "mass_outside"]
 
 BLOCK = 512  # inverse-CDF block size: the draw scans V / BLOCK block sums, then one block of BLOCK entries
 
@@ -93,3 +93,19 @@ def first_match(drafts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Index of the first draft equal to the emitted token, or -1: drafts [*B, K], tokens [*B] -> [*B]."""
     hit = drafts == tokens.unsqueeze(-1)
     return torch.where(hit.any(-1), hit.to(torch.uint8).argmax(-1), -1)
+
+
+def mass_outside(q: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """Σ_{y ∉ drawn} q(y) in float64 for q [*Bq, V] and distinct tokens drawn [*B, M] -> [*B].
+
+    Computed as Σ q − Σ q(drawn), and again as a masked sum for rows where that difference is small
+    (below 1e-4 it would lose digits to cancellation, e.g. a near-one-hot q).
+    """
+    fast = q.sum(-1, dtype=torch.float64).expand(drawn.shape[:-1]) - take(q, drawn).sum(
+        -1, dtype=torch.float64
+    )
+    small = fast < 1e-4
+    if drawn.shape[-1] == 0 or not bool(small.any()):
+        return fast
+    exact = q.expand(*drawn.shape[:-1], q.shape[-1]).scatter(-1, drawn, 0.0).sum(-1, dtype=torch.float64)
+    return torch.where(small, exact, fast)

@@ -9,7 +9,7 @@ import torch
 
 from mdsd.laws import WithoutReplacement
 from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
+from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take
 
 __all__ = ["RRSw", "ENUMERATION_LIMIT"]
 
@@ -33,7 +33,8 @@ def _acceptance_k2(p: np.ndarray, q: np.ndarray) -> float:
     ratio, rs, qs = ratio[order], rs[order], qs[order]
     r_prefix = np.concatenate([[0.0], np.cumsum(rs)])  # Σ of the first m
     q_suffix = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])  # Σ from m on
-    rest = q.sum() - q  # 1 − q(x), > 0 since the law needs two tokens with q > 0
+    # 1 − q(x) = Σ_{y≠x} q(y) as a prefix plus a suffix sum: no cancellation when q(x) ≈ 1
+    rest = np.concatenate([[0.0], np.cumsum(q)[:-1]]) + np.concatenate([np.cumsum(q[::-1])[::-1][1:], [0.0]])
     c = 1.0 / np.maximum(rest, np.finfo(float).tiny)
     m = np.searchsorted(ratio, c, side="right")
     f = r_prefix[m] + c * q_suffix[m]
@@ -117,19 +118,17 @@ class RRSw(Verifier):
     def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         batch = drafts.shape[:-1]
         px, qx = take(p, drafts).double(), take(q, drafts).double()  # [*B, K]
-        total = q.sum(-1, dtype=torch.float64).expand(batch)  # Σ q, ≈ 1
         lam = torch.zeros(batch, dtype=torch.float64, device=p.device)
         mass = torch.ones_like(lam)  # Z_1 = Σ p
-        used = torch.zeros_like(lam)  # q(x_1) + ... + q(x_{i-1})
         accept = []
         for i in range(self.k):
-            scale = 1.0 / (total - used).clamp_min(torch.finfo(torch.float64).tiny)  # q_i = scale * q
+            rest = mass_outside(q, drafts[..., :i])  # 1 − q(x_1) − ... − q(x_{i-1})
+            scale = 1.0 / rest.clamp_min(torch.finfo(torch.float64).tiny)  # q_i = scale * q
             # U < p_i(x)/q_i(x) with p_i = (p − λ q)+ / Z, q_i = scale q
             accept.append(
                 u.accept[..., i] * scale * qx[..., i] * mass < (px[..., i] - lam * qx[..., i]).clamp_min(0)
             )
             lam = lam + mass * scale
-            used = used + qx[..., i]
             if i < self.k - 1:
                 mass = (p - lam.to(p.dtype).unsqueeze(-1) * q).clamp_min_(0).sum(-1, dtype=torch.float64)
         accept = torch.stack(accept, dim=-1)  # [*B, K]
