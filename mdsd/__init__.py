@@ -5,6 +5,14 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 """
 
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd.otm import (
+    METHODS,
+    OTMResult,
+    optimal_acceptance,
+    optimal_acceptance_table,
+    optimal_coupling,
+    solve_otm,
+)
 from mdsd.toy import dirichlet_pair, toy_pair
 from mdsd.tree import Tree, TreeDecodeOutput, TreeDecoder
 from mdsd.verifiers import VERIFIERS, AcceptanceEstimate, Verifier, estimate_acceptance, verifier
@@ -19,6 +27,13 @@ __all__ = [
     "Greedy",
     "TopK",
     "Joint",
+    # optimal acceptance (OTM)
+    "solve_otm",
+    "optimal_acceptance",
+    "optimal_acceptance_table",
+    "optimal_coupling",
+    "OTMResult",
+    "METHODS",
     # toy pairs
     "toy_pair",
     "dirichlet_pair",

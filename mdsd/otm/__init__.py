@@ -1,0 +1,26 @@
+"""Exact optimal multi-draft acceptance (the OTM problem): four solvers behind one call.
+
+``solve_otm`` returns an :class:`OTMResult` (value and certificate), ``optimal_acceptance`` the value
+alone (batched over leading axes for the dual), ``optimal_acceptance_table`` many k and laws from one sort,
+``optimal_coupling`` a whole optimal plan. See ../shared/MATH.md §1.
+"""
+
+from mdsd.otm.result import OTMResult
+from mdsd.otm.solve import (
+    METHODS,
+    law_from_name,
+    optimal_acceptance,
+    optimal_acceptance_table,
+    optimal_coupling,
+    solve_otm,
+)
+
+__all__ = [
+    "METHODS",
+    "OTMResult",
+    "law_from_name",
+    "optimal_acceptance",
+    "optimal_acceptance_table",
+    "optimal_coupling",
+    "solve_otm",
+]

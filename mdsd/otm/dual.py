@@ -1,0 +1,248 @@
+"""The min-cut dual of the OTM problem, solved in O(n log n) by one sort and one scan.
+
+Hu et al. ("Towards Optimal Multi-draft Speculative Decoding", ICLR 2025) show
+
+.. math:: \\alpha^*(p, Q) = \\min_{A \\subseteq V} \\; p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A),
+
+and that for i.i.d. drafts the minimising A is a prefix of the tokens sorted by p/q ascending. The same
+prefix scan is used for drafts without replacement (checked against brute force in the tests).
+Hub, Greedy and TopK laws have closed forms. Everything here is batched over leading axes:
+p, q are [..., n] and values come back as [...]. See ../shared/MATH.md §1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement, ranked
+
+PREFIX_LAWS = (IID, WithoutReplacement)
+CLOSED_FORM_LAWS = (Hub, Greedy, TopK)
+
+_STEP = 0.3  # trapezoid step in s = log t; the error decays like exp(-pi^2 / step)
+_T_MIN = 1e-7  # the integrand vanishes like lam t^2 as t -> 0
+_TAIL = 45.0  # integrate to t = _TAIL / (smallest decay rate): exp(-45) ~ 3e-20 is left out
+_CHUNK = 16  # quadrature nodes per vectorised block
+_SURE = 40.0  # a token with q t > _SURE has arrived by time t (1 - exp(-40) == 1 in float64)
+
+
+def prefix_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Token order by p/q ascending (q = 0 last), per row of [..., n]: the dual's prefix order."""
+    ratio = np.divide(p, q, out=np.full(p.shape, np.inf), where=q > 0)
+    return np.argsort(ratio, axis=-1, kind="stable")
+
+
+def _with_zero(x: np.ndarray) -> np.ndarray:
+    """Prefix sums [..., n] -> [..., n + 1] with the empty prefix 0 in front."""
+    return np.concatenate([np.zeros(x.shape[:-1] + (1,)), x], axis=-1)
+
+
+def _suffix_mass(qs: np.ndarray) -> np.ndarray:
+    """λ_j = q(V ∖ A_j) for every prefix length j = 0..n, summed from the tail (accurate when small)."""
+    tail = np.cumsum(qs[..., ::-1], axis=-1)[..., ::-1]
+    return np.concatenate([tail, np.zeros(qs.shape[:-1] + (1,))], axis=-1)
+
+
+def iid_containment(qs: np.ndarray, k: int) -> np.ndarray:
+    """Q(set(x̄) ⊆ A_j) = q(A_j)^k for i.i.d. drafts; qs [..., n] in prefix order -> [..., n + 1]."""
+    return np.minimum(_with_zero(np.cumsum(qs, axis=-1)), 1.0) ** k
+
+
+def wor2_containment(qs: np.ndarray) -> np.ndarray:
+    """Q(both drafts in A_j) for two drafts without replacement; qs [..., n] -> [..., n + 1].
+
+    .. math:: Q(\\{x_1, x_2\\} \\subseteq A) = q(A) - q(V \\setminus A) \\sum_{i \\in A} \\frac{q_i}{1 - q_i}.
+    """
+    odds = np.divide(qs, 1.0 - qs, out=np.zeros_like(qs), where=qs < 1.0)
+    inside = _with_zero(np.cumsum(qs, axis=-1))
+    return np.clip(inside - _suffix_mass(qs) * _with_zero(np.cumsum(odds, axis=-1)), 0.0, 1.0)
+
+
+def _min_decay(qs: np.ndarray, lam: np.ndarray, k: int, live: np.ndarray) -> float:
+    """A lower bound on min over live prefixes j of max(λ_j, k-th largest q in A_j).
+
+    The integrand of prefix j decays like exp(−(that rate)·t), which sets how far in t to integrate.
+    """
+
+    def reachable(tau: float) -> bool:  # some live prefix has both rates <= tau
+        js = np.flatnonzero(live & (lam <= tau))
+        return js.size > 0 and np.count_nonzero(qs[: js[0]] > tau) < k
+
+    lo, hi = 0, 1100  # tau = 2^-e: reachable(1) holds, reachable(2^-1100 = 0) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if reachable(2.0**-mid):
+            lo = mid
+        else:
+            hi = mid
+    return 2.0**-hi
+
+
+def sure_threshold(k: int, n: int) -> float:
+    """q t above which a token counts as arrived: 40, lowered so that (n e^θ)^(k−1) stays below 1e300.
+
+    Raises ``ValueError`` when that would drop below 37 (then 1 − e^{−θ} is no longer 1 in float64).
+    """
+    theta = min(_SURE, 690.0 / max(k - 1, 1) - math.log(n + 1))
+    if theta < 37.0:
+        raise ValueError(f"k = {k} drafts without replacement over {n} tokens is beyond the dual's range")
+    return theta
+
+
+def _fewer_than_k(tokens: np.ndarray, t: np.ndarray, k: int) -> np.ndarray:
+    """F_{A_j}(t) = P[fewer than k of the first j tokens arrived by time t], all j = 0..J: [m, J + 1].
+
+    Token i arrives by t with probability π_i = 1 − e^{−q_i t}. With w_i = e^{q_i t} − 1 = π_i / (1 − π_i),
+    P[exactly c arrivals among A_j] = e^{−t q(A_j)} e_c(w over A_j), and the elementary symmetric sums obey
+    e_c(j) = e_c(j − 1) + w_j e_{c−1}(j − 1): a cumulative sum per c. Tokens with q_i t > 40 have surely
+    arrived; they are counted apart so that w stays small enough for e_c not to overflow.
+    """
+    m, size = t.shape[0], tokens.shape[-1]
+    tq = t * tokens  # [m, J]
+    sure = tq > sure_threshold(k, size)
+    any_sure = bool(sure.any())
+    if any_sure:
+        tq[sure] = 0.0
+    exponent = np.zeros((m, size + 1))  # t q(A_j) over the uncertain tokens
+    np.cumsum(tq, axis=-1, out=exponent[:, 1:])
+    w = np.expm1(tq, out=tq)
+    need = np.full((m, size + 1), k - 1)  # fewer than k arrivals <=> at most k - 1 - (sure ones) others
+    if any_sure:
+        need[:, 1:] -= np.cumsum(sure, axis=-1)
+    summed = np.ones((m, size + 1))  # Σ_{c <= need} e_c
+    e_c = np.ones((m, size + 1))
+    e_next = np.zeros((m, size + 1))
+    for c in range(1, k):
+        np.multiply(w, e_c[:, :-1], out=e_c[:, 1:])  # reuse the buffer: e_c is read before written
+        np.cumsum(e_c[:, 1:], axis=-1, out=e_next[:, 1:])
+        e_c, e_next = e_next, e_c
+        e_c[:, 0] = 0.0
+        summed += np.where(need >= c, e_c, 0.0) if any_sure else e_c
+    with np.errstate(divide="ignore"):
+        f = np.exp(np.log(summed) - exponent)
+    if any_sure:
+        f[need < 0] = 0.0
+    return f
+
+
+def wor_containment(qs: np.ndarray, k: int) -> np.ndarray:
+    """Q(first k draws without replacement all in A_j) for every prefix; qs [n] -> [n + 1].
+
+    Sampling without replacement is an exponential race (token i arrives at E_i / q_i, E_i ~ Exp(1));
+    the first k arrivals lie in A iff the k-th arrival in A precedes the first arrival outside A, an
+    Exp(λ) time with λ = q(V∖A). With F_A(t) = P[fewer than k tokens of A arrived by t],
+
+    .. math:: Q(\\mathrm{set}(\\bar x) \\subseteq A)
+              = \\int_0^\\infty \\lambda e^{-\\lambda t}(1 - F_A(t))\\,dt
+              = \\frac{1}{1 + \\lambda} + \\int_{-\\infty}^{\\infty} \\lambda t e^{-\\lambda t}
+                (e^{-t} - F_A(t))\\,ds, \\quad t = e^s,
+
+    and the last integrand vanishes at both ends, so the trapezoid rule in s converges geometrically.
+    F_{A_j}(t) for all prefixes at once: F = e^{−t q(A_j)} Σ_{c<k} e_c(w), the elementary symmetric
+    sums of w_i = e^{q_i t} − 1 over the prefix, built by cumulative sums (all terms positive).
+
+    >>> qs = np.array([0.5, 0.3, 0.2])
+    >>> bool(abs(wor_containment(qs, 2)[2] - (0.5 * 0.3 / 0.5 + 0.3 * 0.5 / 0.7)) < 1e-12)
+    True
+    """
+    count = np.concatenate([[0], np.cumsum(qs > 0)])
+    lam = _suffix_mass(qs)
+    if k == 1:
+        return np.clip(1.0 - lam, 0.0, 1.0)
+    out = np.where(count >= k, 1.0, 0.0)  # exact where λ = 0 or A has fewer than k tokens
+    live = (count >= k) & (lam > 0)
+    if not live.any():
+        return out
+    rate = _min_decay(qs, lam, k, live)
+    s = np.arange(math.log(_T_MIN), math.log(_TAIL / min(rate, 1.0)) + _STEP, _STEP)
+    js = np.flatnonzero(live)
+    lo, hi = js[0], js[-1] + 1  # prefixes that need the integral
+    lam_live = lam[lo:hi]
+    total = np.zeros(hi - lo)
+    tokens = qs[: hi - 1]  # the tokens that can lie in a live prefix
+    for start in range(0, s.size, _CHUNK):
+        t = np.exp(s[start : start + _CHUNK])[:, None]  # [m, 1]
+        f = _fewer_than_k(tokens, t, k)[:, lo:hi]  # [m, hi - lo]
+        weight = lam_live * t * np.exp(-lam_live * t)
+        total += (weight * (np.exp(-t) - f)).sum(axis=0)
+    integral = np.clip(1.0 / (1.0 + lam_live) + _STEP * total, 0.0, 1.0)
+    out[lo:hi] = np.where(live[lo:hi], integral, out[lo:hi])
+    return out
+
+
+def prefix_containment(qs: np.ndarray, law: DraftLaw) -> np.ndarray:
+    """Q(set(x̄) ⊆ A_j) for every prefix A_j of qs [..., n] (already in prefix order): [..., n + 1]."""
+    if isinstance(law, IID) or law.k == 1:
+        return iid_containment(qs, law.k)
+    if law.k == 2:
+        return wor2_containment(qs)
+    flat = qs.reshape(-1, qs.shape[-1])
+    rows = [wor_containment(row, law.k) for row in flat]
+    return np.stack(rows).reshape(qs.shape[:-1] + (qs.shape[-1] + 1,))
+
+
+def prefix_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """α* by the sorted-prefix scan for IID / WithoutReplacement laws, batched over [..., n].
+
+    .. math:: \\alpha^* = 1 - \\max_{j=0..n} \\big[ Q(\\mathrm{set}(\\bar x) \\subseteq A_j) - p(A_j) \\big],
+              \\quad A_j = \\text{the } j \\text{ tokens of smallest } p/q.
+
+    Returns (values [...], the token order [..., n], the best prefix length [...]).
+
+    >>> v, _, _ = prefix_dual(np.array([1.0, 0.0]), np.array([0.5, 0.5]), IID(2))
+    >>> float(v)
+    0.75
+    """
+    order = prefix_order(p, q)
+    ps = np.take_along_axis(p, order, axis=-1)
+    qs = np.take_along_axis(q, order, axis=-1)
+    gains = prefix_containment(qs, law) - _with_zero(np.cumsum(ps, axis=-1))
+    best = np.argmax(gains, axis=-1)
+    values = 1.0 - np.take_along_axis(gains, best[..., None], axis=-1)[..., 0]
+    return np.clip(values, 0.0, 1.0), order, best
+
+
+def closed_form_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.ndarray, np.ndarray]:
+    """α* for Hub, Greedy(k) and TopK(k), batched over [..., n]; returns (values [...], A mask [..., n]).
+
+    With T the top k−1 tokens of q (Greedy; the hub {a} for Hub) and r = q / (1 − q(T)) off T,
+
+    .. math:: \\alpha^*_{\\text{greedy}} = p(T) + \\sum_{i \\notin T} \\min(p_i, r_i), \\qquad
+              \\alpha^*_{\\text{top-}k} = p(\\text{top } k),
+
+    minimised by A = T ∪ {i : r_i > p_i} (greedy) and A = top k (top-k).
+
+    >>> v, a = closed_form_dual(np.array([0.5, 0.5]), np.array([0.9, 0.1]), Hub())
+    >>> float(v), a.tolist()
+    (1.0, [True, True])
+    """
+    order = ranked(q)
+    top_k = law.k if isinstance(law, TopK) else law.k - 1
+    inside = np.zeros(p.shape, dtype=bool)
+    np.put_along_axis(inside, order[..., :top_k], True, axis=-1)
+    if isinstance(law, TopK):
+        return np.where(inside, p, 0.0).sum(axis=-1), inside
+    rest = 1.0 - np.where(inside, q, 0.0).sum(axis=-1, keepdims=True)
+    r = np.where(inside, 0.0, q) / rest
+    values = np.where(inside, p, np.minimum(p, r)).sum(axis=-1)
+    return np.clip(values, 0.0, 1.0), inside | (r > p)
+
+
+def containment(q: np.ndarray, law: DraftLaw, inside: np.ndarray) -> float:
+    """Q(set(x̄) ⊆ A) for one q [n] and a membership mask [n], by the law's formula (no enumeration)."""
+    if isinstance(law, CLOSED_FORM_LAWS):
+        order = ranked(q)
+        top_k = law.k if isinstance(law, TopK) else law.k - 1
+        if not inside[order[:top_k]].all():
+            return 0.0
+        if isinstance(law, TopK):
+            return 1.0
+        top = order[:top_k]
+        rest = 1.0 - q[top].sum()
+        outside_top = inside.copy()
+        outside_top[top] = False
+        return float(q[outside_top].sum() / rest)
+    qs = np.concatenate([q[inside], q[~inside]])  # A first: A is the prefix of length |A|
+    return float(prefix_containment(qs, law)[int(inside.sum())])
