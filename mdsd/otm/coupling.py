@@ -18,7 +18,9 @@ import numpy as np
 from mdsd.otm.network import Network
 from mdsd.otm.result import OTMResult
 
-SOLVER = "HIGHS" if "HIGHS" in cp.installed_solvers() else "CLARABEL"
+SOLVER = "HIGHS"  # cvxpy's interface to highspy (a dependency); simplex duals are integral
+# Presolve off: HiGHS's presolve declares some feasible instances with tiny Q(x̄) (~1e-11) infeasible.
+_OPTIONS = {"presolve": "off", "primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
 def solve_coupling(p: np.ndarray, net: Network) -> OTMResult:
@@ -37,7 +39,7 @@ def solve_coupling(p: np.ndarray, net: Network) -> OTMResult:
     rows = cp.sum(plan, axis=1) == net.weight
     cols = cp.sum(plan, axis=0) == p
     problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(member, plan))), [rows, cols])
-    problem.solve(solver=SOLVER)
+    problem.solve(solver=SOLVER, **_OPTIONS)
     if plan.value is None:
         raise RuntimeError(f"the coupling LP failed: {problem.status}")
     values = np.clip(plan.value, 0.0, None)
