@@ -1,0 +1,263 @@
+"""The report: the optimal acceptance of every draft law and the exact acceptance of every verifier.
+
+For each source of (p, q) pairs (toy pairs from :func:`mdsd.toy_pair` at each temperature of a grid,
+and the bundled real next-token pairs when :mod:`mdsd.data` provides them) and each number of drafts
+k, the report averages over the pairs
+
+- the optimum :math:`\\alpha^*(p, Q)` (OTM, ../shared/MATH.md §1) of each draft law Q, and
+- the exact acceptance :math:`P(Y \\in \\operatorname{set}(\\bar x))` of each verifier (MATH.md §3),
+  with its gap to the optimum of its own law.
+
+Rows are plain dicts, ready for :func:`mdsd.experiment.write_results`; ``mdsd report`` prints and
+plots them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.stats
+import torch
+
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
+from mdsd.otm import optimal_acceptance
+from mdsd.toy import toy_pair
+from mdsd.validation import as_pair
+from mdsd.verifiers import VERIFIERS, verifier
+from mdsd.verifiers.rrsw import ENUMERATION_LIMIT as RRSW_ENUMERATION_LIMIT
+
+# The bundled corpus of real pairs (mdsd.data.real_pairs) is not in yet: once it is, these two lines become
+# `from mdsd.data.real_pairs import TEMPERATURES as REAL_TEMPERATURES, real_pairs`.
+real_pairs = None
+REAL_TEMPERATURES: tuple[float, ...] = ()  # the temperatures the corpus stores
+
+__all__ = ["LAWS", "ReportConfig", "Block", "make_law", "toy_blocks", "real_blocks", "report", "summarise"]
+
+LAWS = ("iid", "without_replacement", "hub", "greedy", "topk")
+_LAW_TYPES: dict[str, type[DraftLaw]] = {
+    "iid": IID,
+    "without_replacement": WithoutReplacement,
+    "greedy": Greedy,
+    "topk": TopK,
+}
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What ``mdsd report`` computes; every field is a command-line flag."""
+
+    laws: tuple[str, ...] = field(default=LAWS, metadata={"help": "draft laws whose optimum is computed"})
+    verifiers: tuple[str, ...] = field(default=VERIFIERS, metadata={"help": "verifiers to measure exactly"})
+    k: tuple[int, ...] = field(default=(1, 2, 3, 4), metadata={"help": "numbers of drafts"})
+    temperatures: tuple[float, ...] = field(
+        default=(0.1, 0.25, 0.6, 1.0), metadata={"help": "temperatures T (toy; real where stored)"}
+    )
+    similarity: float = field(default=0.5, metadata={"help": "toy similarity s of q to p"})
+    n: int = field(default=30, metadata={"help": "toy vocabulary size"})
+    pairs: int = field(default=100, metadata={"help": "toy pairs per temperature"})
+    real: bool = field(default=True, metadata={"help": "include the bundled real pairs when available"})
+    real_rows: int = field(default=200, metadata={"help": "real pairs per temperature (first rows)"})
+    seed: int = field(default=0, metadata={"help": "seed of the toy pairs (the same logits at every T)"})
+
+    def __post_init__(self) -> None:
+        for name in self.laws:
+            if name not in LAWS:
+                raise ValueError(f"laws: unknown draft law {name!r}; choose from {', '.join(LAWS)}")
+        for name in self.verifiers:
+            if name not in VERIFIERS:
+                raise ValueError(f"verifiers: unknown verifier {name!r}; choose from {', '.join(VERIFIERS)}")
+        for k in self.k:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ValueError(f"k: every number of drafts must be an integer >= 1, got {k!r}")
+        for t in self.temperatures:
+            if not math.isfinite(t) or t <= 0:
+                raise ValueError(f"temperatures: every temperature must be finite and > 0, got {t}")
+        if not 0.0 <= self.similarity <= 1.0:
+            raise ValueError(f"similarity must lie in [0, 1], got {self.similarity}")
+        if min(self.n, self.pairs, self.real_rows) < 1:
+            raise ValueError(
+                f"n, pairs and real_rows must be >= 1, got {self.n}, {self.pairs}, {self.real_rows}"
+            )
+
+
+@dataclass(frozen=True)
+class Block:
+    """A set of pairs reported together: ``p``, ``q`` float64 [M, n]."""
+
+    source: str  # "toy" or "real"
+    temperature: float | None
+    p: np.ndarray
+    q: np.ndarray
+
+
+def make_law(name: str, k: int) -> DraftLaw | None:
+    """The draft law ``name`` with ``k`` drafts, or None where it has no such k (the hub pair needs 2).
+
+    >>> make_law("without_replacement", 3), make_law("hub", 3)
+    (WithoutReplacement(k=3), None)
+    """
+    if name == "hub":
+        return Hub() if k == 2 else None
+    return _LAW_TYPES[name](k)
+
+
+def toy_blocks(config: ReportConfig) -> list[Block]:
+    """Toy pairs at each temperature; every temperature reuses the same uniform logits (seeded)."""
+    blocks = []
+    for t in config.temperatures:
+        generator = torch.Generator().manual_seed(config.seed)
+        p, q = toy_pair(config.n, t, config.similarity, generator, batch=config.pairs)
+        blocks.append(Block("toy", float(t), p.numpy(), q.numpy()))
+    return blocks
+
+
+def real_blocks(config: ReportConfig) -> list[Block]:
+    """The bundled real pairs at each of ``config.temperatures`` the corpus stores (none without it).
+
+    Rows are the first ``config.real_rows`` of the corpus (padding columns have p = q = 0).
+    """
+    if real_pairs is None:
+        return []
+    blocks = []
+    for t in config.temperatures:
+        if not any(math.isclose(t, stored) for stored in REAL_TEMPERATURES):
+            continue
+        pairs = real_pairs(t)
+        p, q = as_pair(pairs.p[: config.real_rows], pairs.q[: config.real_rows])
+        blocks.append(Block("real", float(t), p, q))
+    return blocks
+
+
+def _skip_reason(name: str, k: int, q: np.ndarray) -> str | None:
+    """Why a verifier's exact acceptance is out of reach on draft rows ``q`` [M, n], else None.
+
+    RRSw's exact acceptance for k >= 3 enumerates n · m(m−1)…(m−k+2) entries (m = support of q) and
+    refuses above :data:`mdsd.verifiers.rrsw.ENUMERATION_LIMIT`; the report skips it there.
+    """
+    if name == "rrsw" and k >= 3:
+        support = int(np.count_nonzero(q, axis=-1).max())
+        size = q.shape[-1] * math.perm(support, k - 1)
+        if size > RRSW_ENUMERATION_LIMIT:
+            return f"exact RRSw acceptance enumerates {size:.3g} > {RRSW_ENUMERATION_LIMIT:.0e} entries"
+    return None
+
+
+def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str, object]]:
+    """(k, kind, name, law or verifier or skip reason) for every quantity of a block."""
+    for k in config.k:
+        for name in config.laws:
+            law = make_law(name, k)
+            yield k, "optimum", name, law if law is not None else f"the {name} law has no k = {k}"
+        for name in config.verifiers:
+            try:
+                v = verifier(name, k)
+            except ValueError as err:  # this verifier is not defined for this k
+                yield k, "verifier", name, str(err)
+                continue
+            reason = _skip_reason(name, k, q)
+            yield k, "verifier", name, v if reason is None else reason
+
+
+def _ci95(values: np.ndarray) -> float:
+    if values.size < 2:
+        return float("nan")
+    return float(scipy.stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
+
+
+def _optimum(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> np.ndarray:  # [M, n] -> [M]
+    return np.asarray(optimal_acceptance(p, q, law), dtype=float)  # batched min-cut dual
+
+
+def report(
+    config: ReportConfig, blocks: list[Block] | None = None, progress: Callable[[int], None] | None = None
+) -> list[dict]:
+    """Compute the report's rows (one per block, k and quantity).
+
+    Each row: ``source``, ``temperature``, ``n`` (vocabulary), ``pairs``, ``k``, ``kind``
+    ("optimum" of a law or exact acceptance of a "verifier"), ``name``, ``law``, ``mean``, ``ci95``
+    (half-width of the 95% t-interval over the pairs), ``optimum`` (mean optimum of the verifier's law),
+    ``gap`` (optimum − mean) and ``skipped`` (why the quantity is not computed, else empty).
+    ``blocks`` defaults to :func:`toy_blocks` plus, when ``config.real``, :func:`real_blocks`.
+    ``progress(units)`` is called as units of work complete.
+    """
+    if blocks is None:
+        blocks = toy_blocks(config) + (real_blocks(config) if config.real else [])
+    rows = []
+    for block in blocks:
+        pairs, n = block.p.shape
+        optimum_of: dict[tuple[int, str], np.ndarray] = {}
+        for k, kind, name, what in _units(config, block.q):
+            row = {
+                "source": block.source,
+                "temperature": block.temperature,
+                "n": n,
+                "pairs": pairs,
+                "k": k,
+                "kind": kind,
+                "name": name,
+                "law": name if kind == "optimum" else getattr(getattr(what, "law", None), "name", ""),
+                "mean": float("nan"),
+                "ci95": float("nan"),
+                "optimum": float("nan"),
+                "gap": float("nan"),
+                "skipped": what if isinstance(what, str) else "",
+            }
+            if isinstance(what, DraftLaw):
+                values = _optimum(block.p, block.q, what)
+                optimum_of[(k, what.name)] = values
+                row.update(
+                    mean=float(values.mean()), ci95=_ci95(values), optimum=float(values.mean()), gap=0.0
+                )
+            elif not isinstance(what, str):
+                values = np.array([what.acceptance(pi, qi) for pi, qi in zip(block.p, block.q, strict=True)])
+                best = optimum_of.get((k, what.law.name))
+                if best is None:
+                    best = _optimum(block.p, block.q, what.law)
+                row.update(mean=float(values.mean()), ci95=_ci95(values), optimum=float(best.mean()))
+                row["gap"] = row["optimum"] - row["mean"]
+            rows.append(row)
+            if progress is not None:
+                progress(1)
+    return rows
+
+
+def count_units(config: ReportConfig, blocks: list[Block]) -> int:
+    """How many rows :func:`report` will produce for these blocks (for a progress bar)."""
+    return sum(1 for block in blocks for _ in _units(config, block.q))
+
+
+def summarise(rows: list[dict]) -> str:
+    """A readable text table: one block per (source, temperature), methods down, k across."""
+    out = []
+    keys = list(dict.fromkeys((r["source"], r["temperature"], r["n"], r["pairs"]) for r in rows))
+    ks = sorted({r["k"] for r in rows})
+    for source, temperature, n, pairs in keys:
+        title = f"{source} pairs" + (f", T = {temperature:g}" if temperature is not None else "")
+        out.append(f"{title} (n = {n}, {pairs} pairs): mean acceptance [verifier's gap to its law's optimum]")
+        header = f"  {'':28s}" + "".join(f"{'k = ' + str(k):>18s}" for k in ks)
+        out.append(header)
+        block = [
+            r
+            for r in rows
+            if (r["source"], r["temperature"], r["n"], r["pairs"]) == (source, temperature, n, pairs)
+        ]
+        for kind, name in dict.fromkeys((r["kind"], r["name"]) for r in block):
+            label = f"OTM {name}" if kind == "optimum" else name
+            cells = []
+            for k in ks:
+                match = [r for r in block if (r["kind"], r["name"], r["k"]) == (kind, name, k)]
+                cells.append(_cell(match[0]) if match else "")
+            out.append(f"  {label:28s}" + "".join(f"{c:>18s}" for c in cells))
+        out.append("")
+    return "\n".join(out)
+
+
+def _cell(row: dict) -> str:
+    if row["skipped"]:
+        return "-"
+    if row["kind"] == "optimum":
+        return f"{row['mean']:.4f}"
+    return f"{row['mean']:.4f} [{round(row['gap'], 3) + 0.0:.3f}]"  # + 0.0 turns -0.0 into 0.0

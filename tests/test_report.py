@@ -1,0 +1,143 @@
+"""mdsd.report and `mdsd report`: a tiny configuration runs, and its numbers equal direct API calls."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mdsd
+from mdsd.cli import main
+from mdsd.report import Block, ReportConfig, report, summarise
+
+TINY = ReportConfig(k=(1, 2, 3), temperatures=(0.3, 1.0), n=6, pairs=3, real=False, seed=5)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return report(TINY)
+
+
+def _pairs(temperature):
+    """The toy pairs the report should use, rebuilt here from the documented recipe."""
+    generator = torch.Generator().manual_seed(TINY.seed)
+    p, q = mdsd.toy_pair(TINY.n, temperature, TINY.similarity, generator, batch=TINY.pairs)
+    return p.numpy(), q.numpy()
+
+
+def _law(name, k):
+    return {
+        "iid": mdsd.IID,
+        "without_replacement": mdsd.WithoutReplacement,
+        "greedy": mdsd.Greedy,
+        "topk": mdsd.TopK,
+    }[name](k)
+
+
+def test_every_quantity_has_one_row(rows):
+    expected = len(TINY.temperatures) * len(TINY.k) * (len(TINY.laws) + len(TINY.verifiers))
+    assert len(rows) == expected
+    keys = {(r["temperature"], r["k"], r["kind"], r["name"]) for r in rows}
+    assert len(keys) == expected
+
+
+def test_optima_equal_direct_calls(rows):
+    for r in rows:
+        if r["kind"] != "optimum" or r["skipped"]:
+            continue
+        p, q = _pairs(r["temperature"])
+        law = mdsd.Hub() if r["name"] == "hub" else _law(r["name"], r["k"])
+        direct = [mdsd.optimal_acceptance(pi, qi, law) for pi, qi in zip(p, q, strict=True)]
+        assert r["mean"] == pytest.approx(np.mean(direct), abs=1e-12), r
+        assert r["pairs"] == TINY.pairs and r["n"] == TINY.n and r["source"] == "toy"
+
+
+def test_verifier_acceptances_and_gaps_equal_direct_calls(rows):
+    checked = 0
+    for r in rows:
+        if r["kind"] != "verifier" or r["skipped"]:
+            continue
+        p, q = _pairs(r["temperature"])
+        v = mdsd.verifier(r["name"], r["k"])
+        direct = np.array([v.acceptance(pi, qi) for pi, qi in zip(p, q, strict=True)])
+        best = np.array([mdsd.optimal_acceptance(pi, qi, v.law) for pi, qi in zip(p, q, strict=True)])
+        assert r["mean"] == pytest.approx(direct.mean(), abs=1e-12), r
+        assert r["optimum"] == pytest.approx(best.mean(), abs=1e-12), r
+        assert r["gap"] == pytest.approx(best.mean() - direct.mean(), abs=1e-12), r
+        assert r["law"] == v.law.name
+        half = 4.302653 * direct.std(ddof=1) / math.sqrt(direct.size)  # t_{0.975, 2}
+        assert r["ci95"] == pytest.approx(half, rel=1e-5)
+        checked += 1
+    assert checked >= 10
+
+
+def test_invalid_combinations_are_skipped_with_a_reason(rows):
+    skipped = {(r["name"], r["k"]) for r in rows if r["skipped"]}
+    for k in TINY.k:
+        assert (("single", k) in skipped) == (k != 1)
+        assert (("spechub", k) in skipped) == (k != 2)
+        assert (("hub", k) in skipped) == (k != 2)
+    assert all(isinstance(r["skipped"], str) for r in rows)
+    assert all(math.isnan(r["mean"]) for r in rows if r["skipped"])
+
+
+def test_given_blocks_are_reported_as_is():
+    """The real-pairs path: any block of pairs, here a hand-made one with p = q (acceptance 1)."""
+    p = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    config = ReportConfig(laws=("iid",), verifiers=("rrs", "spechub"), k=(2,), real=False)
+    rows = report(config, blocks=[Block("real", None, p, p.copy())])
+    assert [r["source"] for r in rows] == ["real"] * 3
+    for r in rows:
+        assert r["mean"] == pytest.approx(1.0, abs=1e-12) and r["temperature"] is None
+    assert "real pairs" in summarise(rows)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="laws"):
+        ReportConfig(laws=("bogus",))
+    with pytest.raises(ValueError, match="verifiers"):
+        ReportConfig(verifiers=("bogus",))
+    with pytest.raises(ValueError, match="temperatures"):
+        ReportConfig(temperatures=(0.0,))
+    with pytest.raises(ValueError, match="k"):
+        ReportConfig(k=(0,))
+
+
+def test_cli_writes_results_and_plots(tmp_path, capsys):
+    code = main(
+        [
+            "report",
+            "--n",
+            "5",
+            "--pairs",
+            "2",
+            "--temperatures",
+            "0.5",
+            "1.0",
+            "--k",
+            "1",
+            "2",
+            "--no-real",
+            "--seed",
+            "3",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    shown = capsys.readouterr().out
+    assert "OTM iid" in shown and "spechub" in shown
+    payload = json.loads((tmp_path / "report.json").read_text())
+    meta = payload["metadata"]
+    assert meta["seed"] == 3 and meta["config"]["n"] == 5 and "git_revision" in meta
+    assert meta["versions"]["numpy"]
+    assert len(payload["rows"]) == 2 * 2 * (len(TINY.laws) + len(TINY.verifiers))
+    assert (tmp_path / "report.csv").read_text().splitlines()[0].startswith("source,")
+    for name in ("acceptance_vs_temperature", "gap_vs_k", "optimum_vs_k"):
+        assert (tmp_path / f"report_{name}.png").stat().st_size > 1000
+
+
+def test_cli_bad_flag_value_is_a_one_line_error(tmp_path, capsys):
+    assert main(["report", "--laws", "bogus", "--output-dir", str(tmp_path)]) == 2
+    assert "bogus" in capsys.readouterr().err
