@@ -44,8 +44,8 @@ class Config:
         default=(10, 100, 1000, 10000, 151936), metadata={"help": "vocabulary sizes n"}
     )
     ks: tuple[int, ...] = field(default=(2, 3, 4, 5, 6, 7, 8), metadata={"help": "numbers of drafts k"})
-    pairs: int = field(default=20, metadata={"help": "random pairs per (source, n)"})
-    temperature: float = field(default=0.5, metadata={"help": "toy temperature T"})
+    pairs: int = field(default=10, metadata={"help": "random pairs per (source, n)"})
+    temperature: float = field(default=0.1, metadata={"help": "toy temperature T"})
     similarity: float = field(default=0.5, metadata={"help": "toy similarity s"})
     concentrations: tuple[float, ...] = field(
         default=(0.1, 1.0), metadata={"help": "Dirichlet concentrations"}
