@@ -1,0 +1,151 @@
+"""Known facts about α* (MATH.md §1) and adversarial inputs, each against an independent computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from otm_cases import brute_force, instance, random_vector
+
+import mdsd
+
+
+def heavy_tailed(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
+    z = scale * rng.standard_normal(n)
+    v = np.exp(z - z.max())
+    return v / v.sum()
+
+
+def random_pairs(seed: int, count: int = 40, n: int = 30):
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        scale = 0.2 + 4.0 * (i % 5) / 4
+        yield heavy_tailed(rng, n, scale), heavy_tailed(rng, n, scale)
+
+
+@pytest.mark.parametrize("law", [mdsd.IID(1), mdsd.WithoutReplacement(1), mdsd.Greedy(1)], ids=repr)
+def test_one_draft_gives_one_minus_total_variation(law):
+    for p, q in random_pairs(1):
+        assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(np.minimum(p, q).sum(), abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["iid", "without_replacement", "greedy", "topk"])
+def test_optimum_never_decreases_in_k(name):
+    for p, q in random_pairs(2):
+        values = [mdsd.optimal_acceptance(p, q, mdsd.otm.law_from_name(name, k)) for k in range(1, 6)]
+        assert np.all(np.diff(values) >= -1e-12), values
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_without_replacement_beats_iid(k):
+    for p, q in random_pairs(3 + k, count=20):
+        wor = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))
+        assert wor >= mdsd.optimal_acceptance(p, q, mdsd.IID(k)) - 1e-12
+
+
+def test_hub_equals_greedy_2_equals_closed_form():
+    rng = np.random.default_rng(4)
+    for p, q in random_pairs(4):
+        if rng.random() < 0.3:
+            q[np.argsort(-q)[1]] = q.max()  # a tie at the top: the hub is the lower index
+            q /= q.sum()
+        a = int(np.argmax(q))  # first maximum
+        rest = np.arange(q.size) != a
+        closed = p[a] + np.minimum(p[rest], q[rest] / (1.0 - q[a])).sum()
+        assert mdsd.optimal_acceptance(p, q, mdsd.Hub()) == pytest.approx(closed, abs=1e-12)
+        assert mdsd.optimal_acceptance(p, q, mdsd.Greedy(2)) == pytest.approx(closed, abs=1e-12)
+
+
+def test_one_hot_target_is_the_chance_the_token_is_drafted():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        q = random_vector(rng, 6)
+        j = int(rng.integers(6))
+        p = np.eye(6)[j]
+        for k in (1, 2, 3):
+            expected = 1.0 - (1.0 - q[j]) ** k
+            assert mdsd.optimal_acceptance(p, q, mdsd.IID(k)) == pytest.approx(expected, abs=1e-12)
+            assert mdsd.optimal_acceptance(p, q, mdsd.IID(k), method="lp") == pytest.approx(
+                expected, abs=1e-9
+            )
+
+
+def test_one_hot_draft():
+    p = np.array([0.1, 0.6, 0.3])
+    q = np.array([0.0, 1.0, 0.0])
+    for law in (mdsd.IID(1), mdsd.IID(3), mdsd.Greedy(1)):
+        assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(0.6, abs=1e-12)
+    assert mdsd.optimal_acceptance(p, q, mdsd.TopK(2)) == pytest.approx(0.7, abs=1e-12)  # tie -> token 0
+    with pytest.raises(ValueError, match="q has 1 tokens"):
+        mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(2))
+
+
+@pytest.mark.parametrize("method", ["dual", "maxflow", "lp", "coupling"])
+def test_disjoint_supports_accept_nothing(method):
+    p = np.array([0.5, 0.5, 0.0, 0.0, 0.0])
+    q = np.array([0.0, 0.0, 0.2, 0.3, 0.5])
+    for law in (mdsd.IID(2), mdsd.WithoutReplacement(3), mdsd.Hub(), mdsd.Greedy(3), mdsd.TopK(3)):
+        assert mdsd.solve_otm(p, q, law, method=method).value == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("method", ["dual", "maxflow", "lp", "coupling"])
+def test_p_equal_q_accepts_always_except_top_k(method):
+    rng = np.random.default_rng(6)
+    for _ in range(5):
+        q = random_vector(rng, 5)
+        if np.count_nonzero(q) < 3:
+            continue
+        for law in (mdsd.IID(2), mdsd.WithoutReplacement(3), mdsd.Hub(), mdsd.Greedy(3)):
+            assert mdsd.solve_otm(q, q, law, method=method).value == pytest.approx(1.0, abs=1e-9)
+        top = np.sort(q)[::-1][:2].sum()
+        assert mdsd.solve_otm(q, q, mdsd.TopK(2), method=method).value == pytest.approx(top, abs=1e-9)
+
+
+def test_target_mass_on_undraftable_tokens_is_never_accepted():
+    rng = np.random.default_rng(7)
+    for name in ("iid", "without_replacement", "greedy", "hub", "topk"):
+        for _ in range(20):
+            p, q, law = instance(rng, name, max_n=6, max_k=3)
+            q[np.argmax(p)] = 0.0  # q = 0 where p > 0
+            if q.sum() == 0:
+                continue
+            q /= q.sum()
+            try:
+                law.check(q)
+            except ValueError:
+                continue
+            value = mdsd.optimal_acceptance(p, q, law)
+            assert value == pytest.approx(brute_force(p, q, law), abs=1e-9)
+            if name != "topk":  # top-k may draft a token of q = 0 when q's support is short
+                assert value <= 1.0 - p.max() + 1e-12
+
+
+def test_ties_in_q_follow_the_lowest_index_rule():
+    p = np.array([0.1, 0.5, 0.2, 0.2])
+    q = np.array([0.3, 0.3, 0.3, 0.1])
+    for law in (mdsd.Hub(), mdsd.Greedy(2), mdsd.Greedy(3), mdsd.TopK(2)):
+        assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(brute_force(p, q, law), abs=1e-12)
+    assert mdsd.optimal_acceptance(p, q, mdsd.TopK(2)) == pytest.approx(0.6, abs=1e-12)
+
+
+def test_optimal_plan_is_a_coupling_with_the_optimal_acceptance():
+    rng = np.random.default_rng(8)
+    for name in ("iid", "without_replacement", "hub", "greedy", "topk", "joint"):
+        for _ in range(15):
+            p, q, law = instance(rng, name, max_n=6, max_k=3)
+            result = mdsd.optimal_coupling(p, q, law)
+            joint = law.joint(q)
+            rows: dict[tuple[int, ...], float] = {}
+            cols = np.zeros(p.size)
+            accepted = 0.0
+            for (x, y), mass in result.plan.items():
+                assert mass >= 0.0
+                rows[x] = rows.get(x, 0.0) + mass
+                cols[y] += mass
+                accepted += mass if y in x else 0.0
+            assert set(rows) <= set(joint)
+            for x, w in joint.items():
+                assert rows.get(x, 0.0) == pytest.approx(w, abs=1e-9)
+            np.testing.assert_allclose(cols, p, rtol=0, atol=1e-9)
+            exact = brute_force(p, q, law)
+            assert accepted == pytest.approx(exact, abs=1e-9)
+            assert result.value == pytest.approx(exact, abs=1e-9)
