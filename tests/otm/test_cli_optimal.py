@@ -1,0 +1,102 @@
+"""``mdsd optimal``: built-in example, files, JSON output, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mdsd
+from mdsd.cli import main
+from mdsd.cli.optimal import EXAMPLE_P, EXAMPLE_Q
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(["optimal", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_builtin_example_matches_the_solver(capsys):
+    record = run_json(capsys)
+    assert record["example"] is True
+    assert record["law"] == "iid" and record["k"] == 2 and record["method"] == "dual"
+    expected = mdsd.optimal_acceptance(EXAMPLE_P, EXAMPLE_Q, mdsd.IID(2), method="lp")
+    assert record["value"] == pytest.approx(expected, abs=1e-9)
+    assert record["cut_value"] == pytest.approx(record["value"], abs=1e-12)
+
+
+def test_files_laws_and_methods(tmp_path, capsys):
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    np.save(tmp_path / "p.npy", p)
+    (tmp_path / "q.json").write_text(json.dumps(q.tolist()))
+    files = ["--p", str(tmp_path / "p.npy"), "--q", str(tmp_path / "q.json")]
+    for law, k, method in [
+        ("wor", 3, "auto"),
+        ("hub", 2, "maxflow"),
+        ("greedy", 3, "lp"),
+        ("topk", 2, "coupling"),
+    ]:
+        record = run_json(capsys, *files, "--law", law, "--k", str(k), "--method", method)
+        expected = mdsd.optimal_acceptance(p, q, mdsd.otm.law_from_name(law, k))
+        assert record["value"] == pytest.approx(expected, abs=1e-8)
+        assert record["n"] == 4 and record["example"] is False
+
+
+def test_text_output_shows_value_and_certificate(capsys):
+    assert main(["optimal", "--law", "without_replacement", "--k", "2"]) == 0
+    out = capsys.readouterr().out
+    value = mdsd.optimal_acceptance(EXAMPLE_P, EXAMPLE_Q, mdsd.WithoutReplacement(2))
+    assert f"α* = {value:.12g}" in out
+    assert "certificate: A = {" in out
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--p", "P.json"], "give both --p and --q"),
+        (["--law", "beam"], "law must be one of"),
+        (["--law", "hub", "--k", "3"], "hub law has k = 2"),
+        (["--method", "simplex"], "method must be one of"),
+        (["--k", "0"], "k must be >= 1"),
+        (["--p", "P.json", "--q", "missing.json"], "No such file"),
+        (["--p", "P.json", "--q", "Q.txt"], "expected a .npy or .json file"),
+        (["--p", "P.json", "--q", "BAD.json"], "not valid JSON"),
+        (["--p", "P.json", "--q", "DICT.json"], "expected a JSON list"),
+        (["--p", "P.json", "--q", "SHORT.json"], "same shape"),
+        (["--p", "P.json", "--q", "NEG.json"], "q has negative"),
+        (["--p", "P.json", "--q", "SHORT.json", "--law", "wor", "--k", "3"], "same shape"),
+    ],
+)
+def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, argv, match):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "P.json").write_text("[0.5, 0.25, 0.25]")
+    (tmp_path / "Q.txt").write_text("0.5 0.5")
+    (tmp_path / "BAD.json").write_text("[0.5, 0.5")
+    (tmp_path / "DICT.json").write_text('{"q": [0.5, 0.5]}')
+    (tmp_path / "SHORT.json").write_text("[0.5, 0.5]")
+    (tmp_path / "NEG.json").write_text("[1.5, -0.25, -0.25]")
+    assert main(["optimal", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mdsd optimal: error: ")
+    assert match in err
+
+
+def test_a_fresh_interpreter_runs_the_example():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from mdsd.cli import main; sys.exit(main())",
+            "optimal",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout)["value"] == pytest.approx(
+        mdsd.optimal_acceptance(EXAMPLE_P, EXAMPLE_Q, mdsd.IID(2)), abs=1e-12
+    )
