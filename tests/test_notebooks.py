@@ -1,0 +1,56 @@
+"""The notebooks in notebooks/ run top to bottom, and are committed without outputs."""
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+KERNEL = "mdsd-test-python"
+
+
+@pytest.fixture(scope="module")
+def kernel_name(tmp_path_factory):
+    """A kernel spec that starts *this* interpreter (the venv's), whatever ``python`` is on PATH."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec_dir = root / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "mdsd test kernel",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_PATH", str(root))
+        patch.setenv("MPLBACKEND", "Agg")
+        yield KERNEL
+
+
+def test_there_are_three_notebooks():
+    assert len(NOTEBOOKS) == 3, NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: a code cell has outputs; strip them before committing"
+            assert cell.execution_count is None, f"{path.name}: a code cell has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_runs_top_to_bottom(path, kernel_name, tmp_path):
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook, kernel_name=kernel_name, timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # raises CellExecutionError, naming the cell, if any cell fails
+    errors = [
+        o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
+    assert errors == []
