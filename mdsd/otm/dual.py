@@ -29,9 +29,13 @@ _SURE = 40.0  # a token with q t > _SURE has arrived by time t (1 - exp(-40) == 
 
 
 def prefix_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token order by p/q ascending (q = 0 last), per row of [..., n]: the dual's prefix order."""
+    """Token order by p/q ascending (q = 0 last), per row of [..., n]: the dual's prefix order.
+
+    Ties may come in any order: the minimum over prefixes is the same (an exchange argument for i.i.d.
+    drafts; checked against brute force with many ties for the other laws).
+    """
     ratio = np.divide(p, q, out=np.full(p.shape, np.inf), where=q > 0)
-    return np.argsort(ratio, axis=-1, kind="stable")
+    return np.argsort(ratio, axis=-1)
 
 
 def _with_zero(x: np.ndarray) -> np.ndarray:
@@ -202,6 +206,36 @@ def prefix_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.ndarray
     best = np.argmax(gains, axis=-1)
     values = 1.0 - np.take_along_axis(gains, best[..., None], axis=-1)[..., 0]
     return np.clip(values, 0.0, 1.0), order, best
+
+
+def prefix_table(
+    p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]
+) -> dict[tuple[str, int], np.ndarray]:
+    """α* for several (law name, k) from one sort of p/q: rows [B, n] -> {(name, k): values [B]}.
+
+    Names are "iid" and "without_replacement". The prefix sums are shared; q(A_j)^k is built by
+    repeated multiplication, so every i.i.d. k costs one multiply, one subtract and one max per entry.
+    """
+    order = prefix_order(p, q)
+    qs = np.take_along_axis(q, order, axis=-1)
+    spent = _with_zero(np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1))  # p(A_j)
+    inside = np.minimum(_with_zero(np.cumsum(qs, axis=-1)), 1.0)  # q(A_j)
+    out = {}
+    power, done = np.ones_like(inside), 0
+    for k in sorted({k for name, k in items if name == "iid" or k == 1}):
+        for _ in range(k - done):
+            power *= inside
+        done = k
+        out[("iid", k)] = np.clip(1.0 - (power - spent).max(axis=-1), 0.0, 1.0)
+    for name, k in items:
+        if (name, k) in out:
+            continue
+        if k == 1:
+            out[(name, k)] = out[("iid", 1)]
+            continue
+        contained = wor2_containment(qs) if k == 2 else prefix_containment(qs, WithoutReplacement(k))
+        out[(name, k)] = np.clip(1.0 - (contained - spent).max(axis=-1), 0.0, 1.0)
+    return out
 
 
 def closed_form_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.ndarray, np.ndarray]:

@@ -25,9 +25,8 @@ from mdsd.otm.dual import (
     PREFIX_LAWS,
     closed_form_dual,
     containment,
-    prefix_containment,
     prefix_dual,
-    prefix_order,
+    prefix_table,
 )
 from mdsd.otm.lp import solve_lp
 from mdsd.otm.maxflow import solve_maxflow
@@ -165,12 +164,12 @@ def optimal_acceptance(p: object, q: object, law: DraftLaw, method: str = "auto"
     array([1.  , 0.75])
     """
     p_arr, q_arr = _validate(p, q, law, method)
+    if method in ("auto", "dual") and has_dual(law):  # the value alone: no certificate to build
+        dual = prefix_dual if isinstance(law, PREFIX_LAWS) else closed_form_dual
+        values = dual(p_arr, q_arr, law)[0]
+        return float(values) if p_arr.ndim == 1 else values
     if p_arr.ndim == 1:
         return solve_otm(p_arr, q_arr, law, method).value
-    if method in ("auto", "dual") and has_dual(law):
-        if isinstance(law, PREFIX_LAWS):
-            return prefix_dual(p_arr, q_arr, law)[0]
-        return closed_form_dual(p_arr, q_arr, law)[0]
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
     values = [solve_otm(a, b, law, method).value for a, b in zip(flat_p, flat_q, strict=True)]
     return np.array(values).reshape(p_arr.shape[:-1])
@@ -220,14 +219,9 @@ def optimal_acceptance_table(
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
     table = {(name, k): np.empty(flat_p.shape[0]) for name in names for k in ks}
     for start in range(0, flat_p.shape[0], rows_per_block):
-        block_p, block_q = flat_p[start : start + rows_per_block], flat_q[start : start + rows_per_block]
-        order = prefix_order(block_p, block_q)
-        qs = np.take_along_axis(block_q, order, axis=-1)
-        spent = np.cumsum(np.take_along_axis(block_p, order, axis=-1), axis=-1)
-        spent = np.concatenate([np.zeros((spent.shape[0], 1)), spent], axis=-1)  # p(A_j), j = 0..n
-        for name, k in table:
-            gains = prefix_containment(qs, law_from_name(name, k)) - spent
-            table[(name, k)][start : start + rows_per_block] = np.clip(1.0 - gains.max(axis=-1), 0.0, 1.0)
+        block = slice(start, start + rows_per_block)
+        for key, values in prefix_table(flat_p[block], flat_q[block], list(table)).items():
+            table[key][block] = values
     return {key: values.reshape(lead) for key, values in table.items()}
 
 
