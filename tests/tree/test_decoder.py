@@ -1,0 +1,124 @@
+"""TreeDecoder: greedy equals the target's greedy generate, output bookkeeping, EOS, bad input."""
+
+import numpy as np
+import pytest
+import torch
+from tiny_lms import perturbed, tiny_lm
+
+from mdsd import Tree, TreeDecodeOutput, TreeDecoder
+
+TREES = [Tree.chain(0), Tree.chain(4), Tree.kary([2, 2, 2]), Tree.kary([3, 1]), Tree((0, 0, 1, 1, 3, 2, 5))]
+
+
+def _reference(target, x, n):
+    """The target's own greedy decoding (an explicit mask: token 0 is a real token here, not padding)."""
+    ones = torch.ones_like(x)
+    out = target.generate(x, attention_mask=ones, max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, x.shape[1] :]
+
+
+@pytest.mark.parametrize("tree", TREES, ids=lambda t: str(t.parents))
+@pytest.mark.parametrize("family, attn", [("qwen2", "sdpa"), ("llama", "eager")])
+def test_greedy_equals_target_generate(tree, family, attn):
+    target = tiny_lm(5, vocab=32, family=family, attn=attn)
+    for draft in (perturbed(target, 0.1, seed=6), tiny_lm(7, vocab=32, family=family, attn=attn)):
+        dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=0)
+        for prompt in ([[2]], [[4, 9, 1, 30, 7]]):
+            x = torch.tensor(prompt)
+            ref = _reference(target, x, 24)
+            out = dec.generate(x, 24)
+            assert out.tokens.tolist() == ref.tolist()
+            assert sum(out.tokens_per_step) >= 24 and out.steps == len(out.tokens_per_step)
+            assert np.array_equal(np.subtract(out.tokens_per_step, out.accepted_per_step), np.ones(out.steps))
+
+
+def test_greedy_with_a_close_draft_accepts_long_paths_and_batches_agree():
+    target = tiny_lm(5, vocab=32)
+    dec = TreeDecoder(target, perturbed(target, 0.05, seed=6), Tree.kary([2, 2, 2]), temperature=0)
+    prompts = torch.tensor([[4, 9, 1], [3, 3, 3], [0, 31, 8]])
+    outs = dec.generate_batch(prompts, 25)
+    for row, out in zip(prompts, outs, strict=True):
+        ref = _reference(target, row[None], 25)
+        assert out.tokens.tolist() == ref.tolist()
+        assert out.tokens.tolist() == dec.generate(row[None], 25).tokens.tolist()
+    assert max(max(o.accepted_per_step) for o in outs) == 3  # whole paths accepted: leaves enter the caches
+    assert np.mean([o.mean_tokens_per_step for o in outs]) > 2
+
+
+def test_output_fields_and_timings(pair):
+    target, draft = pair
+    dec = TreeDecoder(target, draft, Tree.kary([2, 2]), verifier="spechub", temperature=0.8)
+    out = dec.generate(torch.tensor([[1, 2]]), 17, torch.Generator().manual_seed(3))
+    assert isinstance(out, TreeDecodeOutput)
+    assert out.tokens.dtype == torch.long and out.tokens.shape == (17,)
+    assert out.steps == len(out.tokens_per_step) == len(out.accepted_per_step)
+    assert all(0 <= a <= 2 for a in out.accepted_per_step)
+    assert sum(out.tokens_per_step) >= 17 > sum(out.tokens_per_step[:-1])
+    assert set(out.timings) == {"draft", "target", "verify", "cache"}
+    assert all(t > 0 for t in out.timings.values())
+    again = dec.generate(torch.tensor([[1, 2]]), 17, torch.Generator().manual_seed(3))
+    assert again.tokens.tolist() == out.tokens.tolist()  # randomness comes from the generator only
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_eos_stops_cleanly(pair, temperature):
+    target, draft = pair
+    free = TreeDecoder(target, draft, Tree.kary([2, 2]), verifier="rrs", temperature=temperature)
+    tokens = free.generate(torch.tensor([[5, 6]]), 30, torch.Generator().manual_seed(1)).tokens.tolist()
+    eos = tokens[7]
+    first = tokens.index(eos)
+    dec = TreeDecoder(target, draft, Tree.kary([2, 2]), "rrs", temperature=temperature, eos_token_id=eos)
+    out = dec.generate(torch.tensor([[5, 6]]), 30, torch.Generator().manual_seed(1))
+    assert out.tokens.tolist() == tokens[: first + 1] and out.stopped_by_eos
+
+
+def test_eos_defaults_to_the_generation_config(pair):
+    target, draft = pair
+    target.generation_config.eos_token_id = [4, 7]
+    try:
+        dec = TreeDecoder(target, draft, Tree.chain(2), verifier="single", temperature=0)
+        assert dec.eos_token_ids == {4, 7}
+    finally:
+        target.generation_config.eos_token_id = None
+
+
+def test_bad_input(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="too wide for verifier 'spechub'"):
+        TreeDecoder(target, draft, Tree.kary([3]), verifier="spechub")
+    with pytest.raises(ValueError, match="share one vocabulary"):
+        TreeDecoder(target, tiny_lm(1, vocab=13), Tree.chain(2), verifier="single")
+    with pytest.raises(ValueError, match="temperature"):
+        TreeDecoder(target, draft, Tree.chain(2), temperature=-0.5)
+    with pytest.raises(ValueError, match="temperature"):
+        TreeDecoder(target, draft, Tree.chain(2), temperature=float("nan"))
+    with pytest.raises(TypeError, match="tree"):
+        TreeDecoder(target, draft, [2, 2])
+    with pytest.raises(ValueError, match="unknown|verifier"):
+        TreeDecoder(target, draft, Tree.kary([2]), verifier="nope")
+    dec = TreeDecoder(target, draft, Tree.kary([2]), verifier="rrs", temperature=1.0)
+    with pytest.raises(ValueError, match="empty"):
+        dec.generate(torch.zeros(1, 0, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match=r"\[1, L\]"):
+        dec.generate(torch.tensor([1, 2]), 5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        dec.generate(torch.tensor([[1, 2]]), 0)
+    with pytest.raises(TypeError, match="max_new_tokens"):
+        dec.generate(torch.tensor([[1, 2]]), 2.5)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        dec.generate(torch.tensor([[1, 12]]), 5)
+    with pytest.raises(TypeError, match="integer token ids"):
+        dec.generate(torch.tensor([[1.0, 2.0]]), 5)
+
+
+@pytest.mark.parametrize("who", ["target", "draft"])
+@pytest.mark.parametrize("temperature", [0, 0.8])
+def test_nan_logits_fail_loudly(who, temperature):
+    target = tiny_lm(0)
+    draft = perturbed(target, 0.3, seed=1)
+    broken = {"target": target, "draft": draft}[who]
+    with torch.no_grad():
+        broken.get_output_embeddings().weight[3, 0] = float("nan")
+    dec = TreeDecoder(target, draft, Tree.kary([2]), verifier="rrs", temperature=temperature)
+    with pytest.raises(ValueError, match=f"{who} model returned NaN"):
+        dec.generate(torch.tensor([[1, 2]]), 4, torch.Generator().manual_seed(0))
