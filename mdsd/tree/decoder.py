@@ -21,6 +21,7 @@ one batched cache (see :mod:`mdsd.tree.attention`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -462,7 +463,7 @@ def _forward(model, ids, mask, positions, cache, *, keep, vocab, who="draft"):
         "past_key_values": cache,
         "use_cache": True,
     }
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+    if _takes_logits_to_keep(type(model)):
         kwargs["logits_to_keep"] = keep
     out = model(**kwargs)
     logits = out.logits[:, -keep:]
@@ -471,6 +472,12 @@ def _forward(model, ids, mask, positions, cache, *, keep, vocab, who="draft"):
     if not bool(torch.isfinite(logits).all()):
         raise ValueError(f"the {who} model returned NaN or infinite logits")
     return logits, out.past_key_values
+
+
+@functools.cache
+def _takes_logits_to_keep(model_type: type) -> bool:
+    """Whether the model can compute only the last logits (most transformers causal LMs can)."""
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
 
 
 def _device(model: torch.nn.Module) -> torch.device:

@@ -1,0 +1,83 @@
+"""``mdsd decode`` end to end on a tiny local pair saved with its tokenizer."""
+
+import json
+
+import pytest
+from tiny_lms import perturbed, tiny_lm
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from mdsd import Tree
+from mdsd.cli import main
+from mdsd.cli.decode import parse_tree
+
+WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="<unk>")
+    target = tiny_lm(0, vocab=len(WORDS))
+    for name, model in (("target", target), ("draft", perturbed(target, 0.3, seed=1))):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root / "target", root / "draft"
+
+
+def test_decode_prints_text_and_tokens_per_step(model_dirs, tmp_path, capsys):
+    target, draft = model_dirs
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat\n\na dog ran\n")
+    code = main(
+        [
+            "decode",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--tree",
+            "binary:2",
+            "--verifier",
+            "spechub",
+        ]
+        + ["--temperature", "0.6", "--prompts-file", str(prompts), "--max-new-tokens", "6"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.count("tokens per step:") == 2 and "--- prompt 1: a dog ran" in out
+    assert "tokens per target forward (spechub, binary:2)" in out
+
+
+def test_decode_greedy_with_a_json_tree(model_dirs, tmp_path, capsys):
+    target, draft = model_dirs
+    tree_file = tmp_path / "tree.json"
+    tree_file.write_text(Tree.sequoia([0.6, 0.2], budget=5, max_depth=3).to_json())
+    code = main(
+        ["decode", "--target", str(target), "--draft", str(draft), "--tree", str(tree_file)]
+        + ["--verifier", "rrs", "--temperature", "0", "--prompt", "the cat", "--max-new-tokens", "5"]
+    )
+    assert code == 0 and "tokens per step:" in capsys.readouterr().out
+
+
+def test_decode_bad_input_is_one_line_error(model_dirs, capsys):
+    target, draft = model_dirs
+    base = ["decode", "--target", str(target), "--draft", str(draft), "--prompt", "the cat"]
+    assert main([*base, "--tree", "kary:3", "--verifier", "spechub"]) == 2
+    assert "too wide for verifier 'spechub'" in capsys.readouterr().err
+    assert main([*base, "--tree", "star:3"]) == 2
+    assert "--tree must be" in capsys.readouterr().err
+    assert main(["decode", "--target", str(target), "--prompt", "x"]) == 2
+    assert main([*base, "--max-new-tokens", "0"]) == 2
+    assert "max_new_tokens" in capsys.readouterr().err
+
+
+def test_parse_tree():
+    assert parse_tree("chain:3") == Tree.chain(3)
+    assert parse_tree("binary:4").size == 30
+    assert parse_tree("kary:2,2,1") == Tree.kary([2, 2, 1])
+    with pytest.raises(ValueError, match="--tree"):
+        parse_tree("kary:2,x")
+    assert json.loads(parse_tree("binary:1").to_json())["parents"] == [0, 0]
