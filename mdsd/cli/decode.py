@@ -100,7 +100,6 @@ def run(args: argparse.Namespace) -> int:
             f"{len(out.tokens)} tokens in {out.steps} steps"
             + (", stopped at EOS)" if out.stopped_by_eos else ")")
         )
-    print(
-        f"{len(prompts)} prompts: {produced / steps:.3f} tokens per target forward ({args.verifier}, {args.tree})"
-    )
+    rate = produced / steps
+    print(f"{len(prompts)} prompts: {rate:.3f} tokens per target forward ({args.verifier}, {args.tree})")
     return 0
