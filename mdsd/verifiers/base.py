@@ -8,18 +8,50 @@ Shapes: B batch (any leading dimensions), K drafts, V vocabulary.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
 import torch
 
-from mdsd.laws import DraftLaw
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
 from mdsd.validation import as_pair, as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take
 
 __all__ = ["Verifier", "SIMULATE_CHUNK"]
 
-SIMULATE_CHUNK = 1 << 21  # simulate() processes about this many (sample, token) entries at a time
+SIMULATE_CHUNK = 1 << 21  # simulate() runs about SIMULATE_CHUNK / √V samples at a time (O(√V) memory each)
+
+
+def _top(q: torch.Tensor, m: int) -> torch.Tensor:
+    """The m most likely tokens of one q [V], ties towards the lower index: LongTensor [m]."""
+    return torch.sort(q, descending=True, stable=True).indices[:m]
+
+
+def _sequential_without_replacement(q: torch.Tensor, rows: int, k: int, generator) -> torch.Tensor:
+    """``rows`` tuples of k draws without replacement from one q [V], each draw from q renormalised
+    over the tokens not drawn yet (MATH.md §2), by inversion of the shared CDF of q: O(k² log V) a row.
+
+    Draw i inverts t = U (1 − q(S)) over the tokens outside S (the earlier draws): the smallest j with
+    C(j) − Σ_{s∈S, s≤j} q(s) > t, found by the fixed-point search j ← first{C > t + Σ_{s∈S, s≤j} q(s)}.
+    """
+    cdf = q.double().cumsum(0)
+    qd = q.double()
+    u = torch.rand(rows, k, generator=generator, dtype=torch.float64, device=q.device)
+    drawn = torch.empty(rows, 0, dtype=torch.long, device=q.device)
+    last = int(torch.nonzero(q > 0)[-1])
+    for i in range(k):
+        weights = qd[drawn]  # [rows, i]
+        target = u[:, i] * (cdf[-1] - weights.sum(-1))
+        j = torch.searchsorted(cdf, target, right=True).clamp_max(last)
+        for _ in range(i + 1):
+            skipped = (weights * (drawn <= j.unsqueeze(-1))).sum(-1)
+            j = torch.searchsorted(cdf, target + skipped, right=True).clamp_max(last)
+        drawn = torch.cat([drawn, j.unsqueeze(-1)], dim=-1)
+    clash = (drawn.unsqueeze(-1) == drawn.unsqueeze(-2)).sum((-1, -2)) > k  # rounding at a boundary: redraw
+    if bool(clash.any()):
+        drawn[clash] = WithoutReplacement(k)._sample(q.expand(int(clash.sum()), -1), generator)
+    return drawn
 
 
 class Verifier(ABC):
@@ -98,7 +130,9 @@ class Verifier(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft and verify ``num_samples`` times for one pair p, q [V]: (tokens [N], accepted_index [N]).
 
-        Runs in chunks so memory stays bounded; seeded, so the result is reproducible.
+        Runs in chunks so memory stays bounded; seeded, so the result is reproducible. Every sample
+        shares the pair, so drafts and residuals use one-pair fast paths (O(√V) or less per sample);
+        their draws invert the same CDFs as :meth:`verify` on expanded rows.
         """
         num_samples = check_k(num_samples, "num_samples")
         pt, qt, _ = self._inputs(p, q, None)
@@ -106,16 +140,36 @@ class Verifier(ABC):
             raise ValueError(f"simulate takes one pair of vectors [V]; got shape {tuple(pt.shape)}")
         self.law.check(qt.detach().cpu().double().numpy())
         generator = torch.Generator(device=pt.device).manual_seed(int(seed))
-        chunk = max(1, min(num_samples, SIMULATE_CHUNK // pt.shape[-1]))
+        chunk = max(1, min(num_samples, SIMULATE_CHUNK // (math.isqrt(pt.shape[-1]) + 1)))
         tokens, accepted = [], []
         for start in range(0, num_samples, chunk):
             rows = min(chunk, num_samples - start)
-            drafts = self.law._sample(qt.expand(rows, -1), generator)
+            drafts = self._repeat_drafts(qt, rows, generator)
             u = draw_uniforms((rows,), self.k, generator, pt.device)
             out = self._verify(pt, qt, drafts, u)
             tokens.append(out)
             accepted.append(first_match(drafts, out))
         return torch.cat(tokens), torch.cat(accepted)
+
+    def _repeat_drafts(self, q: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
+        """``rows`` draft tuples [rows, k] from this law for ONE q [V], without O(rows V) work where the
+        law allows it; else the law's own sampler."""
+        law, k = self.law, self.k
+        if isinstance(law, WithoutReplacement):
+            return _sequential_without_replacement(q, rows, k, generator)
+        if isinstance(law, IID):
+            return torch.multinomial(q, rows * k, replacement=True, generator=generator).reshape(rows, k)
+        if isinstance(law, (TopK, Greedy, Hub)):
+            top = law._sample(q, generator) if isinstance(law, TopK) else _top(q, k - 1)
+            if isinstance(law, TopK):
+                return top.expand(rows, k)
+            rest = q.scatter(-1, top, 0.0)  # q restricted to V∖T (T = the hub for the hub pair)
+            last = torch.multinomial(rest, rows, replacement=True, generator=generator)  # [rows]
+            if isinstance(law, Greedy):
+                return torch.cat([top.expand(rows, k - 1), last.unsqueeze(-1)], dim=-1)
+            first = torch.multinomial(q, rows, replacement=True, generator=generator)
+            return torch.stack([first, torch.where(first == top, last, top)], dim=-1)
+        return law._sample(q.expand(rows, -1), generator)
 
     # -- validation ---------------------------------------------------------------------------------------
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mdsd.laws import Greedy, ranked
+from mdsd.laws import Greedy
 from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take
+from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take, top_tokens
 
 __all__ = ["GreedyVerifier"]
 
@@ -32,7 +32,7 @@ class GreedyVerifier(Verifier):
         return Greedy(k)
 
     def _acceptance(self, p, q):
-        top = ranked(q)[: self.k - 1]
+        top = top_tokens(q, self.k - 1)
         off = np.ones(q.size, dtype=bool)
         off[top] = False
         return float(p[top].sum() + np.minimum(p[off], q[off] / q[off].sum()).sum())
@@ -45,9 +45,12 @@ class GreedyVerifier(Verifier):
 
     def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         top, x = drafts[..., :-1], drafts[..., -1:]  # T [*B, K-1], the random draft [*B, 1]
+        flat = top.reshape(x.numel(), self.k - 1)
+        if p.ndim == 1 and x.numel() and bool((flat == flat[:1]).all()):
+            top = flat[0]  # one pair and one T for every tuple (simulate): the residual is shared, [V]
         scale = 1.0 / mass_outside(q, top).clamp_min(torch.finfo(torch.float64).tiny)  # q' = scale * q off T
         accept = u.accept[..., -1] * scale * take(q, x)[..., 0] < take(p, x)[..., 0]
-        gain = (p - scale.to(p.dtype).unsqueeze(-1) * q).clamp_min_(0)  # [*B, V]
+        gain = (p - scale.to(p.dtype).unsqueeze(-1) * q).clamp_min_(0)  # [*B, V] (or [V])
         gain = gain.scatter_(-1, top, take(p, top))  # q' = 0 on T
         residual = inverse_cdf(gain, u.residual, p.expand_as(gain))
         return torch.where(accept, x[..., 0], residual)

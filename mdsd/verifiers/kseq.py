@@ -20,11 +20,23 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     β(ρ) = Σ min(p/ρ, q), p_acc(ρ) = 1 − (1 − β)^k; g is decreasing with g(1) ≥ 0 ≥ g(k). The upper end
     of the final bracket is returned, so g(ρ) ≤ 0 (γ = p_acc/β ≤ ρ): the residual p − γ min(p/ρ, q) is
     then non-negative and the scheme is exactly lossless for the returned ρ, whatever its distance to ρ*.
-    Scalars run in float64; the O(V) reductions in p's dtype with float64 accumulation.
+    Scalars run in float64; the O(V) reductions in p's dtype with float64 accumulation. For one pair
+    [V], the tokens with p ≤ q (always adding p to Σ min(p, ρ q)) or p ≥ k q (always adding ρ q) are
+    summed once, and each step scans only the others.
     """
+    fixed_p = fixed_q = 0.0
+    if p.ndim == 1:
+        low, high = p <= q, p >= k * q
+        fixed_p, fixed_q = (
+            float(p[low].sum(dtype=torch.float64)),
+            float(q[high & ~low].sum(dtype=torch.float64)),
+        )
+        middle = ~(low | high)
+        p, q = p[middle], q[middle]
 
-    def beta(rho):  # [...] -> [...]
-        return torch.minimum(p, rho.to(p.dtype).unsqueeze(-1) * q).sum(-1, dtype=torch.float64) / rho
+    def beta(rho):  # β(ρ) = Σ min(p, ρ q) / ρ, [...] -> [...]
+        scan = torch.minimum(p, rho.to(p.dtype).unsqueeze(-1) * q).sum(-1, dtype=torch.float64)
+        return (fixed_p + rho * fixed_q + scan) / rho
 
     def g(rho):
         b = beta(rho)

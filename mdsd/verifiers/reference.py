@@ -54,7 +54,7 @@ def reference_rrsw(p, q, drafts, accept, residual):
         pi = _norm_or(np.maximum(pi - qi, 0.0), p)
         qi = qi.copy()
         qi[x] = 0.0
-        qi = qi / qi.sum()
+        qi = _norm_or(qi, qi)
     return _draw(pi, residual)
 
 
@@ -88,10 +88,11 @@ def reference_kseq(p, q, drafts, accept, residual):
 
 def reference_spechub(p, q, drafts, accept, residual):
     a = int(np.argmax(q))
-    others = [j for j in range(q.size) if j != a]
-    pair = {j: q[a] * q[j] / sum(q[m] for m in others) for j in others}  # Q(a, j)
-    s_ia = sum(max(q[j] - p[j], 0.0) for j in others)
-    s_ai = sum(max(pair[j] - max(p[j] - q[j], 0.0), 0.0) for j in others)
+    others = np.arange(q.size) != a
+    pair = np.where(others, q[a] * q / q[others].sum(), 0.0)  # Q(a, j), 0 at the hub
+    gain = np.where(others, np.maximum(p - q, 0.0), 0.0)  # (p_j − q_j)+, j ≠ a
+    s_ia = np.maximum(q - p, 0.0)[others].sum()
+    s_ai = np.maximum(pair - gain, 0.0)[others].sum()
     x1, x2 = drafts
     if x2 == a:  # pair (i, a)
         i = x1
@@ -101,13 +102,11 @@ def reference_spechub(p, q, drafts, accept, residual):
             return a
     else:  # pair (a, i)
         i = x2
-        if accept[0] * pair[i] < max(p[i] - q[i], 0.0):
+        if accept[0] * pair[i] < gain[i]:
             return i
         if accept[1] * s_ai < p[a]:
             return a
-    w = np.zeros_like(p)
-    for j in others:
-        w[j] = max(max(p[j] - q[j], 0.0) - pair[j], 0.0)
+    w = np.maximum(gain - pair, 0.0)
     w[a] = max(max(p[a] - s_ai, 0.0) - s_ia, 0.0)
     return _draw(_norm_or(w, p), residual)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mdsd.laws import Hub, ranked
+from mdsd.laws import Hub
 from mdsd.verifiers.base import Verifier
 from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
 
@@ -65,7 +65,7 @@ class SpecHub(Verifier):
         return Hub()
 
     def _acceptance(self, p, q):
-        a = int(ranked(q)[0])
+        a = int(np.argmax(q))  # the first maximum: ties towards the lower index
         others = np.arange(q.size) != a
         rest = q[others].sum()
         return float(p[a] + np.minimum(p[others], q[others] / rest).sum())

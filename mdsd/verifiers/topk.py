@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mdsd.laws import TopK, ranked
+from mdsd.laws import TopK
 from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf
+from mdsd.verifiers.ops import Uniforms, inverse_cdf, top_tokens
 
 __all__ = ["TopKVerifier"]
 
@@ -25,7 +25,7 @@ class TopKVerifier(Verifier):
         return TopK(k)
 
     def _acceptance(self, p, q):
-        return float(p[ranked(q)[: self.k]].sum())
+        return float(p[top_tokens(q, self.k)].sum())
 
     def _check_drafts(self, q, drafts):
         """Top-k drafts may include tokens with q = 0 (when q has fewer than k positive entries)."""
