@@ -1,0 +1,152 @@
+"""Bad input fails with a clear error; registry, estimate, enumeration limit, simulate drafts."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import mdsd
+from mdsd.verifiers.rrsw import ENUMERATION_LIMIT, _acceptance_enumerated, _acceptance_k2
+
+P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
+
+
+def test_registry():
+    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk")
+    for name in mdsd.VERIFIERS:
+        v = mdsd.verifier(name, 1 if name == "single" else 2)
+        assert isinstance(v, mdsd.Verifier) and v.name == name and v.law.k == v.k
+    assert [mdsd.verifier(n, 2).law.name for n in ("rrs", "rrsw", "kseq", "spechub", "greedy", "topk")] == [
+        "iid",
+        "without_replacement",
+        "iid",
+        "hub",
+        "greedy",
+        "topk",
+    ]
+    with pytest.raises(ValueError, match="unknown verifier"):
+        mdsd.verifier("otm", 2)
+
+
+@pytest.mark.parametrize(("name", "k"), [("single", 2), ("spechub", 3), ("spechub", 1), ("rrs", 0)])
+def test_k_out_of_range(name, k):
+    with pytest.raises(ValueError, match="k"):
+        mdsd.verifier(name, k)
+    with pytest.raises(TypeError):
+        mdsd.verifier("rrs", 2.0)
+
+
+@pytest.mark.parametrize("name", ["rrsw", "greedy", "spechub"])
+def test_k_infeasible_for_q(name):
+    v = mdsd.verifier(name, 2)
+    with pytest.raises(ValueError, match="needs at least 2"):
+        v.acceptance(P, [1.0, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="needs at least 2"):
+        v.draft(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize(
+    ("p", "q", "match"),
+    [
+        ([0.1, np.nan, 0.5, 0.4], Q, "p contains NaN"),
+        (P, [0.4, np.inf, 0.2, 0.1], "q contains NaN or infinite"),
+        ([0.5, -0.1, 0.3, 0.3], Q, "p has negative"),
+        ([0.5, 0.5, 0.5, 0.5], Q, "p must sum to 1"),
+        (P, [0.5, 0.5], "same shape"),
+        ([P, P], [Q, Q], "one pair"),
+        ([], [], "n >= 1"),
+    ],
+)
+def test_bad_distributions(p, q, match):
+    with pytest.raises(ValueError, match=match):
+        mdsd.verifier("rrs", 2).acceptance(p, q)
+
+
+def test_bad_verify_inputs():
+    v = mdsd.verifier("rrs", 2)
+    p, q = torch.tensor(P), torch.tensor(Q)
+    with pytest.raises(ValueError, match="p contains NaN"):
+        v.verify(torch.tensor([0.1, float("nan"), 0.5, 0.4]), q, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="same shape"):
+        v.verify(p, torch.tensor([0.5, 0.5]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"shape \[..., 2\]"):
+        v.verify(p, q, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"tokens in \[0, 4\)"):
+        v.verify(p, q, torch.tensor([0, 4]))
+    with pytest.raises(ValueError, match=r"tokens in \[0, 4\)"):
+        v.verify(p, q, torch.tensor([-1, 0]))
+    with pytest.raises(TypeError, match="integer"):
+        v.verify(p, q, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="do not match the batch"):
+        v.verify(p.expand(3, 4), q.expand(3, 4), torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="q = 0"):
+        v.verify(p, torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="distinct"):
+        mdsd.verifier("rrsw", 2).verify(p, q, torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="hub pair"):
+        mdsd.verifier("spechub", 2).verify(p, q, torch.tensor([1, 2]))  # the hub is token 0
+    with pytest.raises(ValueError, match="hub pair"):
+        mdsd.verifier("spechub", 2).verify(p, q, torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="num_samples"):
+        v.simulate(P, Q, 0, seed=0)
+
+
+def test_spechub_accepts_both_orders_of_the_hub_pair():
+    v = mdsd.verifier("spechub", 2)
+    p, q = torch.tensor(P), torch.tensor(Q)
+    for drafts in ([2, 0], [0, 2]):
+        tokens, index = v.verify(p.expand(500, 4), q.expand(500, 4), torch.tensor(drafts).expand(500, 2))
+        assert set(tokens.tolist()) <= {0, 1, 2, 3}
+        assert bool(((index >= 0) == ((tokens == 0) | (tokens == 2))).all())
+
+
+def test_rrsw_k2_prefix_form_equals_enumeration():
+    rng = np.random.default_rng(1)
+    for n in (2, 3, 10, 60):
+        for _ in range(20):
+            p, q = rng.dirichlet(np.full(n, 0.4)), rng.dirichlet(np.full(n, 0.4))
+            assert _acceptance_k2(p, q) == pytest.approx(_acceptance_enumerated(p, q, 2), abs=1e-12)
+
+
+def test_rrsw_enumeration_limit_points_to_the_estimate():
+    v = mdsd.verifier("rrsw", 3)
+    n = int(ENUMERATION_LIMIT ** (1 / 3)) + 2
+    p = np.full(n, 1.0 / n)
+    with pytest.raises(ValueError, match="estimate_acceptance"):
+        v.acceptance(p, p)
+    est = mdsd.estimate_acceptance(v, p, p, 2000, seed=0)
+    assert isinstance(est, mdsd.AcceptanceEstimate) and est.value == 1.0 and est.low > 0.99
+
+
+def test_estimate_interval_covers_the_exact_value():
+    rng = np.random.default_rng(5)
+    covered = 0
+    for seed in range(20):
+        p, q = rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12))
+        v = mdsd.verifier("kseq", 3)
+        est = mdsd.estimate_acceptance(v, p, q, 4000, seed=seed)
+        assert est.low <= est.value <= est.high and est.num_samples == 4000
+        covered += est.low <= v.acceptance(p, q) <= est.high
+    assert covered >= 16  # 95% intervals: P(fewer than 16 of 20 cover) < 2e-2
+    with pytest.raises(TypeError, match="Verifier"):
+        mdsd.estimate_acceptance("rrs", P, Q, 10, seed=0)
+
+
+@pytest.mark.parametrize(("name", "k"), [("rrs", 2), ("rrsw", 2), ("rrsw", 3), ("spechub", 2), ("greedy", 3)])
+def test_simulate_drafts_follow_the_law(name, k):
+    """simulate()'s one-pair draft samplers against the law's exact joint (G-test, α = 1e-3)."""
+    from scipy.stats import chi2
+
+    v = mdsd.verifier(name, k)
+    q = np.array([0.05, 0.0, 0.4, 0.25, 0.1, 0.2])
+    joint = v.law.joint(q)
+    drafts = v._repeat_drafts(torch.tensor(q), 100_000, torch.Generator().manual_seed(k))
+    seen = Counter(map(tuple, drafts.tolist()))
+    assert set(seen) <= set(joint)
+    obs = np.array([seen.get(x, 0) for x in joint], dtype=float)
+    exp = np.array(list(joint.values())) * 100_000
+    g = 2 * np.sum(np.where(obs > 0, obs * np.log(np.maximum(obs, 1) / exp), 0.0))
+    assert chi2.sf(g, len(joint) - 1) > 1e-3
