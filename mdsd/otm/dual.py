@@ -223,6 +223,7 @@ def prefix_gains(qs: np.ndarray, spent: np.ndarray, law: DraftLaw) -> np.ndarray
     """
     if isinstance(law, IID) or law.k <= 2:
         return prefix_containment(qs, law) - spent
+    sure_threshold(law.k, qs.shape[-1])  # refuse a k beyond float range before any work
     flat_q, flat_spent = qs.reshape(-1, qs.shape[-1]), spent.reshape(-1, spent.shape[-1])
     rows = [_wor_gains(a, b, law.k) for a, b in zip(flat_q, flat_spent, strict=True)]
     return np.stack(rows).reshape(spent.shape)

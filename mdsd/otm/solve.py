@@ -179,7 +179,7 @@ def optimal_acceptance_table(
     p: object,
     q: object,
     ks: Iterable[int] = range(1, 9),
-    laws: Iterable[str] = ("iid", "without_replacement"),
+    laws: Iterable[str] | dict[str, Iterable[int]] = ("iid", "without_replacement"),
     rows_per_block: int = 16,
 ) -> dict[tuple[str, int], np.ndarray]:
     """α* for several k and the IID / WithoutReplacement laws, sharing one sort of p/q per row.
@@ -189,8 +189,9 @@ def optimal_acceptance_table(
     p, q : array_like [..., n]
     ks : iterable of int
         Draft counts.
-    laws : iterable of str
-        Any of "iid", "without_replacement" (alias "wor"); names in the result are canonical.
+    laws : iterable of str, or dict
+        Any of "iid", "without_replacement" (alias "wor"), each with every k of ``ks``; or a dict
+        {law name: its own ks}, e.g. ``{"iid": range(1, 9), "wor": [2]}``. Result names are canonical.
     rows_per_block : int
         Rows processed together (bounds memory at about 10 · rows_per_block · n floats).
 
@@ -204,20 +205,21 @@ def optimal_acceptance_table(
     >>> {key: float(v) for key, v in t.items()}
     {('iid', 1): 0.5, ('iid', 2): 0.75}
     """
-    ks = [check_k(k, "ks") for k in ks]
-    names = []
-    for name in laws:
+    ks = list(ks)
+    wanted = laws if isinstance(laws, dict) else {name: ks for name in laws}
+    items = []
+    for name, law_ks in wanted.items():
         if name not in ("iid", "without_replacement", "wor"):
             raise ValueError(f"laws must be 'iid' or 'without_replacement' ('wor'); got {name!r}")
-        names.append("without_replacement" if name == "wor" else name)
+        canonical = "without_replacement" if name == "wor" else name
+        items += [(canonical, check_k(k, "ks")) for k in law_ks]
     p_arr, q_arr = as_pair(p, q)
-    for name in names:
-        for k in ks:
-            law_from_name(name, k).check(q_arr)
+    for name, k in items:
+        law_from_name(name, k).check(q_arr)
     check_k(rows_per_block, "rows_per_block")
     lead = p_arr.shape[:-1]
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
-    table = {(name, k): np.empty(flat_p.shape[0]) for name in names for k in ks}
+    table = {item: np.empty(flat_p.shape[0]) for item in items}
     for start in range(0, flat_p.shape[0], rows_per_block):
         block = slice(start, start + rows_per_block)
         for key, values in prefix_table(flat_p[block], flat_q[block], list(table)).items():

@@ -151,6 +151,10 @@ def test_table_equals_separate_calls():
     for (name, k), values in table.items():
         law = mdsd.IID(k) if name == "iid" else mdsd.WithoutReplacement(k)
         np.testing.assert_allclose(values, mdsd.optimal_acceptance(p, q, law), rtol=0, atol=1e-12)
+    mixed = mdsd.optimal_acceptance_table(p, q, laws={"iid": range(1, 4), "wor": [2]})
+    assert sorted(mixed) == [("iid", 1), ("iid", 2), ("iid", 3), ("without_replacement", 2)]
+    for key in [("iid", 1), ("iid", 2), ("iid", 3), ("without_replacement", 2)]:
+        np.testing.assert_array_equal(mixed[key], table[key])
 
 
 def test_prefix_order_puts_zero_draft_mass_last_and_never_reorders_input():
