@@ -32,3 +32,17 @@ def test_real_pair_loads_offline_and_agrees_on_easy_code(monkeypatch):
     truth = ids[0, 1:]
     assert (p.argmax(-1) == truth).float().mean() > 0.5
     assert (q.argmax(-1) == truth).float().mean() > 0.5
+
+
+def test_real_prompts_fit_the_budget_with_the_chat_template():
+    from mdsd.data.prompts import prompts
+    from mdsd.hf.load import load_tokenizer
+
+    tokenizer = load_tokenizer(pair_paths("qwen2.5-coder")[0])
+    for name in ("mt-bench", "humaneval", "news"):
+        batch = prompts(name, 5, tokenizer, max_tokens=128)
+        assert all(len(p.input_ids) <= 128 for p in batch)
+        if name != "mt-bench":  # the first HumanEval stubs and news articles are longer: cut to exactly 128
+            assert any(len(p.input_ids) == 128 for p in batch)
+        text = tokenizer.decode(batch[0].input_ids)
+        assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
