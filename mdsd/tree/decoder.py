@@ -168,6 +168,9 @@ class TreeDecoder:
         rows = [_Row() for _ in range(B)]
         timings = dict.fromkeys(PHASES, 0.0)
         dev = _device(self.target)
+        if generator is None:  # fresh entropy, never the global RNG
+            generator = torch.Generator(device=dev)
+            generator.seed()
         state = _State(ids.to(dev))
         active = np.arange(B)  # original row of each batch row
         while active.size:

@@ -68,7 +68,9 @@ def test_tree_logits_equal_path_forwards(tree, family, attn):
     prompt = [1, 5, 7]
     outs = dec.generate_batch(torch.tensor([prompt] * 3), 12, torch.Generator().manual_seed(0))
     steps = max(o.steps for o in outs)
-    assert len(target_calls) == steps and any(sum(o.accepted_per_step) > 0 for o in outs)
+    assert len(target_calls) == steps
+    # some step accepted a whole path down to a leaf: the leaf then enters the draft cache a step late
+    assert any(tree.max_depth in o.accepted_per_step for o in outs)
     prefixes = _prefixes(prompt, outs, steps)
     worst = 0.0
     for s, (node_tok, logits) in enumerate(target_calls):

@@ -122,3 +122,11 @@ def test_nan_logits_fail_loudly(who, temperature):
     dec = TreeDecoder(target, draft, Tree.kary([2]), verifier="rrs", temperature=temperature)
     with pytest.raises(ValueError, match=f"{who} model returned NaN"):
         dec.generate(torch.tensor([[1, 2]]), 4, torch.Generator().manual_seed(0))
+
+
+def test_no_generator_leaves_the_global_rng_alone(pair):
+    target, draft = pair
+    dec = TreeDecoder(target, draft, Tree.kary([2, 1]), verifier="kseq", temperature=1.0)
+    before = torch.get_rng_state()
+    out = dec.generate(torch.tensor([[1, 2]]), 6)
+    assert len(out.tokens) == 6 and torch.equal(torch.get_rng_state(), before)
