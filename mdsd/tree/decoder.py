@@ -418,7 +418,8 @@ class _State:
         self.d_real = self.t_real.clone()
         self.d_valid = torch.zeros(B, 0, dtype=torch.bool, device=dev)  # [B, C_draft]
         self.d_forwarded: list[int] = []  # tree nodes in the draft cache, in cache order
-        self.t_block = 0
+        self.d_root_pos = torch.zeros(B, dtype=torch.long, device=dev)  # position of the root [B]
+        self.t_block = 0  # pending tokens of the last target forward (node u is at slot C + t_block - 1 + u)
 
 
 class _Clock:
