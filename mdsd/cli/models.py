@@ -12,19 +12,18 @@ import argparse
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("models", help="fetch, list and locate real model pairs (mdsd cache)")
-    parser.add_argument(
-        "--cache-dir", default=None, help="cache directory (default: $MDSD_CACHE or ~/.cache/mdsd)"
-    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cache-dir", default=None, help="cache (default: $MDSD_CACHE or ~/.cache/mdsd)")
     actions = parser.add_subparsers(dest="action", required=True)
-    fetch = actions.add_parser("fetch", help="download, join, verify and convert a model pair")
+    fetch = actions.add_parser("fetch", parents=[common], help="download, join, verify and convert a pair")
     fetch.add_argument("pair", help="a known pair, e.g. qwen2.5-coder")
     fetch.add_argument(
         "--dtype", default="bfloat16", help="dtype of the saved safetensors (default: bfloat16)"
     )
     fetch.add_argument("--keep-gguf", action="store_true", help="keep the joined GGUF files after conversion")
     fetch.add_argument("--force", action="store_true", help="redo every step even if cached")
-    actions.add_parser("list", help="list the known pairs and their cache state")
-    path = actions.add_parser("path", help="print the directory of a converted model")
+    actions.add_parser("list", parents=[common], help="list the known pairs and their cache state")
+    path = actions.add_parser("path", parents=[common], help="print the directory of a converted model")
     path.add_argument("pair")
     path.add_argument("role", choices=("target", "draft"))
     parser.set_defaults(func=run)
