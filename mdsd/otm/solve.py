@@ -32,6 +32,7 @@ from mdsd.otm.lp import solve_lp
 from mdsd.otm.maxflow import solve_maxflow
 from mdsd.otm.network import build_network
 from mdsd.otm.result import OTMResult
+from mdsd.otm.scan import best_gains
 from mdsd.validation import as_pair, check_k
 
 METHODS = ("auto", "dual", "maxflow", "lp", "coupling")
@@ -165,8 +166,7 @@ def optimal_acceptance(p: object, q: object, law: DraftLaw, method: str = "auto"
     """
     p_arr, q_arr = _validate(p, q, law, method)
     if method in ("auto", "dual") and has_dual(law):  # the value alone: no certificate to build
-        dual = prefix_dual if isinstance(law, PREFIX_LAWS) else closed_form_dual
-        values = dual(p_arr, q_arr, law)[0]
+        values = _dual_values(p_arr, q_arr, law)
         return float(values) if p_arr.ndim == 1 else values
     if p_arr.ndim == 1:
         return solve_otm(p_arr, q_arr, law, method).value
@@ -219,12 +219,37 @@ def optimal_acceptance_table(
     check_k(rows_per_block, "rows_per_block")
     lead = p_arr.shape[:-1]
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
-    table = {item: np.empty(flat_p.shape[0]) for item in items}
-    for start in range(0, flat_p.shape[0], rows_per_block):
+    scanned = [(name, k) for name, k in items if name == "iid" or k <= 2]
+    table = _scan_rows(flat_p, flat_q, scanned) if scanned else {}
+    rest = {item: np.empty(flat_p.shape[0]) for item in items if item not in table}
+    for start in range(0, flat_p.shape[0] if rest else 0, rows_per_block):
         block = slice(start, start + rows_per_block)
-        for key, values in prefix_table(flat_p[block], flat_q[block], list(table)).items():
-            table[key][block] = values
-    return {key: values.reshape(lead) for key, values in table.items()}
+        for key, values in prefix_table(flat_p[block], flat_q[block], list(rest)).items():
+            rest[key][block] = values
+    table.update(rest)
+    return {key: table[key].reshape(lead) for key in items}
+
+
+def _scan_rows(
+    p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]
+) -> dict[tuple[str, int], np.ndarray]:
+    """α* per row of p, q [B, n] for IID / WithoutReplacement k <= 2 items by the bucketed scan."""
+    out = {item: np.empty(p.shape[0]) for item in items}
+    for row in range(p.shape[0]):
+        for item, gain in best_gains(p[row], q[row], items).items():
+            out[item][row] = gain
+    return {item: np.clip(1.0 - gains, 0.0, 1.0) for item, gains in out.items()}
+
+
+def _dual_values(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> np.ndarray:
+    """α* [...] by the dual, value only: closed form, bucketed scan (IID, WoR k <= 2) or full sort."""
+    if isinstance(law, CLOSED_FORM_LAWS):
+        return closed_form_dual(p, q, law)[0]
+    if isinstance(law, WithoutReplacement) and law.k > 2:
+        return prefix_dual(p, q, law)[0]
+    item = ("iid" if isinstance(law, IID) else "without_replacement", law.k)
+    flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
+    return _scan_rows(flat_p, flat_q, [item])[item].reshape(p.shape[:-1])
 
 
 def optimal_coupling(p: object, q: object, law: DraftLaw) -> OTMResult:

@@ -7,10 +7,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from otm_cases import brute_force
+from otm_cases import brute_force, random_vector
 
 import mdsd
-from mdsd.otm.dual import prefix_order, wor2_containment, wor_containment
+from mdsd.otm.dual import prefix_dual, prefix_order, wor2_containment, wor_containment
+from mdsd.otm.scan import best_gains
 
 
 def enumerate_wor(q: np.ndarray, k: int) -> dict[tuple[int, ...], float]:
@@ -164,3 +165,22 @@ def test_prefix_order_puts_zero_draft_mass_last_and_never_reorders_input():
     assert prefix_order(p, q).tolist() == [0, 2, 3, 1]
     np.testing.assert_array_equal(p, kept[0])
     np.testing.assert_array_equal(q, kept[1])
+
+
+def test_bucketed_scan_matches_the_full_sort():
+    """The value-only scan (buckets of p/q, partial sort) equals the full-sort prefix scan."""
+    rng = np.random.default_rng(11)
+    items = [("iid", k) for k in range(1, 9)] + [("without_replacement", 2)]
+    cases = [(random_vector(rng, int(n)), random_vector(rng, int(n))) for n in rng.integers(1, 40, 400)]
+    cases += [
+        (heavy_tailed(rng, n, s), heavy_tailed(rng, n, s)) for n in (1000, 20000) for s in (0.3, 3.0, 8.0)
+    ]
+    q = heavy_tailed(rng, 5000, 2.0)
+    cases += [(q, q), (np.eye(5000)[7], q), (q, np.eye(5000)[7])]  # p = q, one-hot p, one-hot q
+    for p, q in cases:
+        gains = best_gains(p, q, items)
+        for name, k in items:
+            if name == "without_replacement" and np.count_nonzero(q) < 2:
+                continue
+            law = mdsd.IID(k) if name == "iid" else mdsd.WithoutReplacement(k)
+            assert 1.0 - gains[(name, k)] == pytest.approx(prefix_dual(p, q, law)[0], abs=1e-12)
