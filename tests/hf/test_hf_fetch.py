@@ -166,7 +166,7 @@ def test_load_pair_rejects_different_tokenizers(tiny_pair, tmp_path):
 
 
 def test_cli_models_list_and_path_on_an_empty_cache(tmp_path, capsys):
-    assert cli(["models", "--cache-dir", str(tmp_path), "list"]) == 0
+    assert cli(["models", "list", "--cache-dir", str(tmp_path)]) == 0
     assert "qwen2.5-coder target: qwen2.5-coder-1.5b-instruct" in capsys.readouterr().out
-    assert cli(["models", "--cache-dir", str(tmp_path), "path", "qwen2.5-coder", "draft"]) == 2
+    assert cli(["models", "path", "qwen2.5-coder", "draft", "--cache-dir", str(tmp_path)]) == 2
     assert "mdsd models fetch qwen2.5-coder" in capsys.readouterr().err
