@@ -9,9 +9,10 @@ from mdsd.laws import IID
 from mdsd.verifiers.base import Verifier
 from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
 
-__all__ = ["KSeq", "kseq_rho", "BISECTION_STEPS"]
+__all__ = ["KSeq", "kseq_rho", "BISECTION_STEPS", "DENSE_STEPS"]
 
 BISECTION_STEPS = {torch.float32: 32, torch.float64: 60}  # halvings of [1, k]: to the working precision
+DENSE_STEPS = 6  # halvings over all V tokens before the scan shrinks to the tokens inside the bracket
 
 
 def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -20,38 +21,69 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     β(ρ) = Σ min(p/ρ, q), p_acc(ρ) = 1 − (1 − β)^k; g is decreasing with g(1) ≥ 0 ≥ g(k). The upper end
     of the final bracket is returned, so g(ρ) ≤ 0 (γ = p_acc/β ≤ ρ): the residual p − γ min(p/ρ, q) is
     then non-negative and the scheme is exactly lossless for the returned ρ, whatever its distance to ρ*.
-    Scalars run in float64; the O(V) reductions in p's dtype with float64 accumulation. For one pair
-    [V], the tokens with p ≤ q (always adding p to Σ min(p, ρ q)) or p ≥ k q (always adding ρ q) are
-    summed once, and each step scans only the others.
+
+    Cost: the first :data:`DENSE_STEPS` halvings scan all V tokens; then, inside the bracket [lo, hi],
+    a token with p ≤ lo q adds p to ρ β(ρ) = Σ min(p, ρ q) and one with p ≥ hi q adds ρ q, so those are
+    summed once and the remaining halvings scan only the few tokens with lo q < p < hi q.
+    Scalars run in float64; the O(V) reductions in p's dtype with float64 accumulation.
     """
-    fixed_p = fixed_q = 0.0
-    if p.ndim == 1:
-        low, high = p <= q, p >= k * q
-        fixed_p, fixed_q = (
-            float(p[low].sum(dtype=torch.float64)),
-            float(q[high & ~low].sum(dtype=torch.float64)),
-        )
-        middle = ~(low | high)
-        p, q = p[middle], q[middle]
+    shape, n, dtype = p.shape[:-1], p.shape[-1], p.dtype
+    pr, qr = p.reshape(-1, n), q.reshape(-1, n)  # [R, V]
+    rows = pr.shape[0]
 
-    def beta(rho):  # β(ρ) = Σ min(p, ρ q) / ρ, [...] -> [...]
-        scan = torch.minimum(p, rho.to(p.dtype).unsqueeze(-1) * q).sum(-1, dtype=torch.float64)
-        return (fixed_p + rho * fixed_q + scan) / rho
+    def g(h, rho):  # g(ρ) and β(ρ) from h = ρ β(ρ)
+        b = h / rho
+        return 1.0 - (1.0 - b).clamp(0, 1) ** k - h, b
 
-    def g(rho):
-        b = beta(rho)
-        return 1.0 - (1.0 - b).clamp(0, 1) ** k - rho * b
+    def dense(rho):  # h(ρ) over all tokens, [R]
+        return torch.minimum(pr, rho.to(dtype).unsqueeze(-1) * qr).sum(-1, dtype=torch.float64)
 
-    lo = torch.ones(p.shape[:-1], dtype=torch.float64, device=p.device)
+    lo = torch.ones(rows, dtype=torch.float64, device=p.device)
     hi = torch.full_like(lo, float(k))
-    hi = torch.where(g(lo) <= 0, lo, hi)  # k = 1, p = q or disjoint supports: ρ = 1
-    for _ in range(BISECTION_STEPS[p.dtype] + int(np.ceil(np.log2(k)))):
+    hi = torch.where(g(dense(lo), lo)[0] <= 0, lo, hi)  # k = 1, p = q or disjoint supports: ρ = 1
+    steps = BISECTION_STEPS[dtype] + int(np.ceil(np.log2(k)))
+    for _ in range(min(DENSE_STEPS, steps)):
         mid = 0.5 * (lo + hi)
-        down = g(mid) <= 0
-        hi = torch.where(down, mid, hi)
-        lo = torch.where(down, lo, mid)
-    b = beta(hi)
-    return hi, b, 1.0 - (1.0 - b).clamp(0, 1) ** k
+        down = g(dense(mid), mid)[0] <= 0
+        hi, lo = torch.where(down, mid, hi), torch.where(down, lo, mid)
+    # keep only the tokens whose min(p, ρ q) can still switch sides inside [lo, hi]
+    below = pr <= lo.to(dtype).unsqueeze(-1) * qr
+    above = (pr >= hi.to(dtype).unsqueeze(-1) * qr) & ~below
+    fixed_p = torch.where(below, pr, 0).sum(-1, dtype=torch.float64)
+    fixed_q = torch.where(above, qr, 0).sum(-1, dtype=torch.float64)
+    row, col = torch.nonzero(~(below | above), as_tuple=True)
+    pm, qm = pr[row, col], qr[row, col]
+    fine = steps - min(DENSE_STEPS, steps)
+    if rows == 1:  # one row (a decoding step): plain float64 scalars, no per-step tensor overhead
+        a, c, pm, qm = (
+            float(fixed_p[0]),
+            float(fixed_q[0]),
+            pm.double().cpu().numpy(),
+            qm.double().cpu().numpy(),
+        )
+        left, right = float(lo[0]), float(hi[0])
+        for _ in range(fine):
+            mid = 0.5 * (left + right)
+            h = a + mid * c + float(np.minimum(pm, mid * qm).sum())
+            if 1.0 - min(max(1.0 - h / mid, 0.0), 1.0) ** k - h <= 0:
+                right = mid
+            else:
+                left = mid
+        hi = torch.full_like(hi, right)
+        h = a + right * c + float(np.minimum(pm, right * qm).sum())
+        b = torch.full_like(hi, h / right)
+    else:
+
+        def h(rho):
+            scan = torch.minimum(pm, rho.to(dtype)[row] * qm).double()
+            return fixed_p + rho * fixed_q + torch.zeros_like(rho).index_add_(0, row, scan)
+
+        for _ in range(fine):
+            mid = 0.5 * (lo + hi)
+            down = g(h(mid), mid)[0] <= 0
+            hi, lo = torch.where(down, mid, hi), torch.where(down, lo, mid)
+        b = g(h(hi), hi)[1]
+    return hi.reshape(shape), b.reshape(shape), (1.0 - (1.0 - b).clamp(0, 1) ** k).reshape(shape)
 
 
 class KSeq(Verifier):
