@@ -332,4 +332,9 @@ def containment(q: np.ndarray, law: DraftLaw, inside: np.ndarray) -> float:
         outside_top[top] = False
         return float(q[outside_top].sum() / rest)
     qs = np.concatenate([q[inside], q[~inside]])  # A first: A is the prefix of length |A|
-    return float(prefix_containment(qs, law)[int(inside.sum())])
+    size = int(inside.sum())
+    if isinstance(law, WithoutReplacement) and law.k > 2:
+        wanted = np.zeros(qs.size + 1, dtype=bool)
+        wanted[size] = True
+        return float(wor_containment(qs, law.k, wanted)[size])
+    return float(prefix_containment(qs, law)[size])

@@ -57,7 +57,13 @@ class Network:
 
 
 def build_network(q: np.ndarray, law: DraftLaw) -> Network:
-    """Enumerate ``law``'s joint on ``q`` [n] (small n) into a :class:`Network`."""
+    """Enumerate ``law``'s joint on ``q`` [n] (small n) into a :class:`Network`.
+
+    >>> from mdsd.laws import IID
+    >>> net = build_network(np.array([0.5, 0.5]), IID(2))
+    >>> net.keys(), net.cut(np.array([1.0, 0.0]), np.array([False, True]))  # A = {1}: 0 + 1 − 1/4
+    ([(0, 0), (0, 1), (1, 0), (1, 1)], 0.75)
+    """
     joint = law.joint(q)
     keys = list(joint)
     tuples = np.array(keys, dtype=np.int64).reshape(len(keys), law.k)

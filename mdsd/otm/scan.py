@@ -49,7 +49,10 @@ def _containment(name: str, k: int, inside: np.ndarray, left: np.ndarray, odds: 
 def best_gains(p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
     """max_j [Q(set ⊆ A_j) − p(A_j)] for one row p, q [n] and each (law name, k) in ``items``.
 
-    Names: "iid" (any k) and "without_replacement" (k <= 2).
+    Names: "iid" (any k) and "without_replacement" (k <= 2). α* = 1 − the gain.
+
+    >>> best_gains(np.array([1.0, 0.0]), np.array([0.5, 0.5]), [("iid", 2)])  # α* = 3/4
+    {('iid', 2): 0.25}
     """
     ratio, index, count = _bucket(p, q)
     odds_all = np.divide(q, 1.0 - q, out=np.zeros_like(q), where=q < 1.0)
