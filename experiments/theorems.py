@@ -95,7 +95,8 @@ def spechub_law(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
     n = p.size
     a = int(mdsd.laws.ranked(q)[0])
     others = np.arange(n) != a
-    qa_pair = np.where(others, q[a] * q / (1 - q[a]), 0.0)  # Q(a, j)
+    rest = q[others].sum()  # 1 − q_a, summed so that it does not cancel to 0 for near-one-hot q
+    qa_pair = np.where(others, q[a] * q / rest, 0.0)  # Q(a, j)
     s_ia = np.sum(np.maximum(q - p, 0)[others])
     s_ai = np.sum(np.maximum(qa_pair - np.maximum(p - q, 0), 0)[others])
     residual = np.where(others, np.maximum(np.maximum(p - q, 0) - qa_pair, 0), 0.0)
@@ -181,6 +182,7 @@ class Claim:
             "solver_errors": self.errors,
             "worst_violation": self.worst,
             "smallest_counterexample": smallest,
+            "counterexamples_list": sorted(self.failures, key=lambda f: (f["n"], -f["excess"]))[:25],
         }
 
 
@@ -224,7 +226,8 @@ def part_a(config: Config, claims: dict, bar: tqdm) -> None:
             claims["hub_emitted_p_hub"].check(
                 gap <= TOL, gap, label, p, q, f"P(Y = hub) - p(hub) = {gap:.3g}"
             )
-            closed = p[a] + np.sum(np.minimum(p, q / (1 - q[a]))[np.arange(n) != a])
+            others = np.arange(n) != a
+            closed = p[a] + np.sum(np.minimum(p, q / q[others].sum())[others])
             api = mdsd.verifier("spechub", 2).acceptance(p, q)
             best = mdsd.optimal_acceptance(p, q, mdsd.Hub())
             values = {"enumerated": hub_accepted, "closed form": closed, "mdsd": api, "OTM(hub)": best}
@@ -339,7 +342,8 @@ def markdown(rows: list[dict], wins: list[dict], config: Config) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['claim']} | {r['checks']} | {r['counterexamples']} | {r['worst_violation']:.3g} |"
+            f"| {r['claim']} | {r['checks']} | {r['counterexamples']} | {r['solver_errors']} "
+            f"| {r['worst_violation']:.3g} |"
         )
     for r in rows:
         if r["smallest_counterexample"]:
