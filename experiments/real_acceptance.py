@@ -22,6 +22,7 @@ verifier's own law optimum), per_position.npz, real_acceptance.png and summary.m
 from __future__ import annotations
 
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,7 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--record: continuation temperature"})
     threads: int = field(default=2, metadata={"help": "--record: torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "--record: continuation seed"})
+    workers: int = field(default=1, metadata={"help": "processes, one per temperature"})
     output_dir: str = field(default="results/real_acceptance", metadata={"help": "where results go"})
 
 
@@ -120,6 +122,54 @@ def _bundled_pairs(
     return out
 
 
+def _evaluate(
+    t: float, p_all: np.ndarray, q_all: np.ndarray, dataset: np.ndarray, keep: np.ndarray, config: Config
+) -> tuple[list[dict], dict[str, np.ndarray], dict[tuple, int]]:
+    """Rows (means per method and k), per-position values and skipped counts at one temperature."""
+    rows, per_position, skipped = [], {}, {}
+    n_rows = p_all.shape[0] if not config.max_positions else min(config.max_positions, p_all.shape[0])
+    p_all, q_all, dataset, keep = p_all[:n_rows], q_all[:n_rows], dataset[:n_rows], keep[:n_rows]
+    tail = np.minimum(p_all[:, -1], q_all[:, -1]) if not config.record else np.zeros(n_rows)
+    results: dict[tuple[str, str, int], np.ndarray] = {}
+    for k in config.ks:
+        laws = list(config.laws) + (["hub"] if k == 2 else [])
+        for law in laws:
+            law_obj = mdsd.Hub() if law == "hub" else _law(law, k)
+            # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
+            results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
+        for name in config.verifiers:
+            if (name == "single" and k != 1) or (name == "spechub" and k != 2):
+                continue
+            v = mdsd.verifier(name, k)
+            values = np.full(n_rows, np.nan)
+            for r in tqdm(range(n_rows), desc=f"T={t} k={k} {name}", leave=False):
+                try:
+                    values[r] = v.acceptance(p_all[r][keep[r]], q_all[r][keep[r]])
+                except ValueError:  # RRSw k >= 3: exact enumeration too large for this pair
+                    skipped[(t, name, k)] = skipped.get((t, name, k), 0) + 1
+            results[("verifier", name, k)] = values
+    for (kind, name, k), values in results.items():
+        done = values[np.isfinite(values)]
+        row = {"temperature": t, "k": k, "kind": kind, "name": name, "positions": int(done.size)}
+        if done.size:
+            row |= {
+                "mean": float(done.mean()),
+                "ci95": float(1.96 * done.std(ddof=1) / np.sqrt(done.size)),
+            }
+            for ds in np.unique(dataset):
+                sel = values[dataset == ds]
+                row[f"mean_{ds}"] = float(np.nanmean(sel)) if np.isfinite(sel).any() else None
+            if kind == "verifier" and ("optimal", OWN_LAW.get(name), k) in results:
+                optimum = results[("optimal", OWN_LAW[name], k)]
+                ok = np.isfinite(values)
+                row["own_law"] = OWN_LAW[name]
+                row["gap_to_own_optimum"] = float((optimum[ok] - values[ok]).mean())
+            row["mean_tail_bound"] = float(tail.mean())
+        rows.append(row)
+        per_position[f"T{t}_{kind}_{name}_k{k}"] = values.astype(np.float32)
+    return rows, per_position, skipped
+
+
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     out_dir = Path(config.output_dir)
@@ -131,48 +181,17 @@ def main(argv: list[str] | None = None) -> None:
     else:
         sources = _bundled_pairs(config)
         source = "bundled corpus (top-256 union + one tail token per model)"
+    jobs = [(t, *arrays, config) for t, arrays in sources.items()]
+    if config.workers > 1:  # one process per temperature (fork: the arrays are inherited, not re-read)
+        with ProcessPoolExecutor(max_workers=config.workers) as pool:
+            outputs = list(pool.map(_evaluate, *zip(*jobs, strict=True)))
+    else:
+        outputs = [_evaluate(*job) for job in jobs]
     rows, per_position, skipped = [], {}, {}
-    for t, (p_all, q_all, dataset, keep) in sources.items():
-        n_rows = p_all.shape[0] if not config.max_positions else min(config.max_positions, p_all.shape[0])
-        p_all, q_all, dataset, keep = p_all[:n_rows], q_all[:n_rows], dataset[:n_rows], keep[:n_rows]
-        tail = np.minimum(p_all[:, -1], q_all[:, -1]) if not config.record else np.zeros(n_rows)
-        results: dict[tuple[str, str, int], np.ndarray] = {}
-        for k in config.ks:
-            laws = list(config.laws) + (["hub"] if k == 2 else [])
-            for law in laws:
-                law_obj = mdsd.Hub() if law == "hub" else _law(law, k)
-                # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
-                results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
-            for name in config.verifiers:
-                if (name == "single" and k != 1) or (name == "spechub" and k != 2):
-                    continue
-                v = mdsd.verifier(name, k)
-                values = np.full(n_rows, np.nan)
-                for r in tqdm(range(n_rows), desc=f"T={t} k={k} {name}", leave=False):
-                    try:
-                        values[r] = v.acceptance(p_all[r][keep[r]], q_all[r][keep[r]])
-                    except ValueError:  # RRSw k >= 3: exact enumeration too large for this pair
-                        skipped[(t, name, k)] = skipped.get((t, name, k), 0) + 1
-                results[("verifier", name, k)] = values
-        for (kind, name, k), values in results.items():
-            done = values[np.isfinite(values)]
-            row = {"temperature": t, "k": k, "kind": kind, "name": name, "positions": int(done.size)}
-            if done.size:
-                row |= {
-                    "mean": float(done.mean()),
-                    "ci95": float(1.96 * done.std(ddof=1) / np.sqrt(done.size)),
-                }
-                for ds in np.unique(dataset):
-                    sel = values[dataset == ds]
-                    row[f"mean_{ds}"] = float(np.nanmean(sel)) if np.isfinite(sel).any() else None
-                if kind == "verifier" and ("optimal", OWN_LAW.get(name), k) in results:
-                    optimum = results[("optimal", OWN_LAW[name], k)]
-                    ok = np.isfinite(values)
-                    row["own_law"] = OWN_LAW[name]
-                    row["gap_to_own_optimum"] = float((optimum[ok] - values[ok]).mean())
-                row["mean_tail_bound"] = float(tail.mean())
-            rows.append(row)
-            per_position[f"T{t}_{kind}_{name}_k{k}"] = values.astype(np.float32)
+    for part_rows, part_positions, part_skipped in outputs:
+        rows += part_rows
+        per_position |= part_positions
+        skipped |= part_skipped
     meta = {"source": source, "skipped": {f"T={t} {n} k={k}": c for (t, n, k), c in skipped.items()}}
     write_results(out_dir, "real_acceptance", rows, config, config.seed, **meta)
     np.savez_compressed(out_dir / "per_position.npz", **per_position)
