@@ -18,6 +18,7 @@ import numpy as np
 
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement, ranked
 
+Items = list[tuple[str, int]]  # (law name, k) pairs
 PREFIX_LAWS = (IID, WithoutReplacement)
 CLOSED_FORM_LAWS = (Hub, Greedy, TopK)
 
@@ -210,7 +211,7 @@ def _wor_gains(qs: np.ndarray, spent: np.ndarray, k: int) -> np.ndarray:
     """
     bound = np.minimum(wor2_containment(qs), iid_containment(qs, k)) - spent
     floor = 0.0  # the empty prefix
-    for j in np.argsort(-bound)[:8]:
+    for j in np.argpartition(-bound, 7)[:8] if bound.size > 8 else range(bound.size):
         floor = max(floor, _wor_lower(qs[:j], k) - spent[j])
     wanted = bound >= floor - 1e-12
     return np.where(wanted, wor_containment(qs, k, wanted) - spent, bound)
@@ -261,33 +262,18 @@ def prefix_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.ndarray
     return np.clip(values, 0.0, 1.0), order, best
 
 
-def prefix_table(
-    p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]
-) -> dict[tuple[str, int], np.ndarray]:
+def prefix_table(p: np.ndarray, q: np.ndarray, items: Items) -> dict[tuple[str, int], np.ndarray]:
     """α* for several (law name, k) from one sort of p/q: rows [B, n] -> {(name, k): values [B]}.
 
-    Names are "iid" and "without_replacement". The prefix sums are shared; q(A_j)^k is built by
-    repeated multiplication, so every i.i.d. k costs one multiply, one subtract and one max per entry.
+    Names are "iid" and "without_replacement"; the sort and the prefix sums of p are shared.
     """
     order = prefix_order(p, q)
     qs = np.take_along_axis(q, order, axis=-1)
     spent = _with_zero(np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1))  # p(A_j)
-    inside = np.minimum(_with_zero(np.cumsum(qs, axis=-1)), 1.0)  # q(A_j)
     out = {}
-    power, done = np.ones_like(inside), 0
-    for k in sorted({k for name, k in items if name == "iid" or k == 1}):
-        for _ in range(k - done):
-            power *= inside
-        done = k
-        out[("iid", k)] = np.clip(1.0 - (power - spent).max(axis=-1), 0.0, 1.0)
     for name, k in items:
-        if (name, k) in out:
-            continue
-        if k == 1:
-            out[(name, k)] = out[("iid", 1)]
-            continue
-        gains = prefix_gains(qs, spent, WithoutReplacement(k))
-        out[(name, k)] = np.clip(1.0 - gains.max(axis=-1), 0.0, 1.0)
+        law = IID(k) if name == "iid" else WithoutReplacement(k)
+        out[(name, k)] = np.clip(1.0 - prefix_gains(qs, spent, law).max(axis=-1), 0.0, 1.0)
     return out
 
 
@@ -311,8 +297,8 @@ def closed_form_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> tuple[np.nd
     np.put_along_axis(inside, order[..., :top_k], True, axis=-1)
     if isinstance(law, TopK):
         return np.where(inside, p, 0.0).sum(axis=-1), inside
-    rest = 1.0 - np.where(inside, q, 0.0).sum(axis=-1, keepdims=True)
-    r = np.where(inside, 0.0, q) / rest
+    off_top = np.where(inside, 0.0, q)
+    r = off_top / off_top.sum(axis=-1, keepdims=True)  # q restricted to V ∖ T, renormalised
     values = np.where(inside, p, np.minimum(p, r)).sum(axis=-1)
     return np.clip(values, 0.0, 1.0), inside | (r > p)
 
@@ -326,11 +312,9 @@ def containment(q: np.ndarray, law: DraftLaw, inside: np.ndarray) -> float:
             return 0.0
         if isinstance(law, TopK):
             return 1.0
-        top = order[:top_k]
-        rest = 1.0 - q[top].sum()
-        outside_top = inside.copy()
-        outside_top[top] = False
-        return float(q[outside_top].sum() / rest)
+        off_top = np.ones(q.size, dtype=bool)
+        off_top[order[:top_k]] = False
+        return float(q[inside & off_top].sum() / q[off_top].sum())
     qs = np.concatenate([q[inside], q[~inside]])  # A first: A is the prefix of length |A|
     size = int(inside.sum())
     if isinstance(law, WithoutReplacement) and law.k > 2:
