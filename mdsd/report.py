@@ -59,7 +59,7 @@ class ReportConfig:
     n: int = field(default=30, metadata={"help": "toy vocabulary size"})
     pairs: int = field(default=100, metadata={"help": "toy pairs per temperature"})
     real: bool = field(default=True, metadata={"help": "include the bundled real pairs when available"})
-    real_rows: int = field(default=200, metadata={"help": "real pairs per temperature (first rows)"})
+    real_rows: int = field(default=200, metadata={"help": "real pairs per temperature (evenly spaced)"})
     seed: int = field(default=0, metadata={"help": "seed of the toy pairs (the same logits at every T)"})
 
     def __post_init__(self) -> None:
@@ -117,7 +117,8 @@ def toy_blocks(config: ReportConfig) -> list[Block]:
 def real_blocks(config: ReportConfig) -> list[Block]:
     """The bundled real pairs at each of ``config.temperatures`` the corpus stores (none without it).
 
-    Rows are the first ``config.real_rows`` of the corpus (padding columns have p = q = 0).
+    ``config.real_rows`` rows evenly spaced over the corpus (so every prompt set is represented); the
+    padding columns of a row have p = q = 0.
     """
     if real_pairs is None:
         return []
@@ -126,7 +127,8 @@ def real_blocks(config: ReportConfig) -> list[Block]:
         if not any(math.isclose(t, stored) for stored in REAL_TEMPERATURES):
             continue
         pairs = real_pairs(t)
-        p, q = as_pair(pairs.p[: config.real_rows], pairs.q[: config.real_rows])
+        rows = np.unique(np.linspace(0, len(pairs) - 1, config.real_rows).round().astype(int))
+        p, q = as_pair(pairs.p[rows], pairs.q[rows])
         blocks.append(Block("real", float(t), p, q))
     return blocks
 

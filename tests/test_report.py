@@ -141,3 +141,29 @@ def test_cli_writes_results_and_plots(tmp_path, capsys):
 def test_cli_bad_flag_value_is_a_one_line_error(tmp_path, capsys):
     assert main(["report", "--laws", "bogus", "--output-dir", str(tmp_path)]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_real_blocks_take_evenly_spaced_rows_at_stored_temperatures(monkeypatch):
+    """real_blocks with a stand-in corpus: only stored temperatures, ``real_rows`` rows spread evenly."""
+    import mdsd.report as report_module
+
+    generator = torch.Generator().manual_seed(0)
+    p, q = mdsd.dirichlet_pair(12, 0.5, generator, batch=9)
+
+    class Corpus:  # what mdsd.data.real_pairs(T) returns: .p, .q [N, W + 1] and len()
+        def __init__(self, temperature):
+            self.p, self.q = p.numpy() ** (1 / temperature), q.numpy()
+            self.p = self.p / self.p.sum(-1, keepdims=True)
+
+        def __len__(self):
+            return self.p.shape[0]
+
+    monkeypatch.setattr(report_module, "real_pairs", Corpus)
+    monkeypatch.setattr(report_module, "REAL_TEMPERATURES", (0.5, 1.0))
+    config = ReportConfig(temperatures=(0.25, 0.5, 1.0), real_rows=3)
+    blocks = report_module.real_blocks(config)
+    assert [(b.source, b.temperature) for b in blocks] == [("real", 0.5), ("real", 1.0)]
+    for block in blocks:
+        expected = Corpus(block.temperature)
+        np.testing.assert_allclose(block.p, expected.p[[0, 4, 8]], rtol=1e-12)
+        np.testing.assert_allclose(block.q, expected.q[[0, 4, 8]], rtol=1e-12)
