@@ -149,3 +149,11 @@ def test_optimal_plan_is_a_coupling_with_the_optimal_acceptance():
             exact = brute_force(p, q, law)
             assert accepted == pytest.approx(exact, abs=1e-9)
             assert result.value == pytest.approx(exact, abs=1e-9)
+
+
+def test_regression_coupling_lp_presolve_called_tiny_tuple_mass_infeasible():
+    """HiGHS's presolve declared this feasible coupling LP infeasible (Q(2, 2, 2) ≈ 1.2e-11)."""
+    q = np.array([0.6, 0.4 - 2.3e-4, 2.3e-4])
+    p = np.array([0.2, 0.3, 0.5])
+    coupling = mdsd.solve_otm(p, q, mdsd.IID(3), method="coupling")
+    assert coupling.value == pytest.approx(brute_force(p, q, mdsd.IID(3)), abs=1e-9)
