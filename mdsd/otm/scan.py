@@ -1,7 +1,7 @@
 """The dual's value without a full sort: bucket the tokens by p/q, sort only the buckets that can win.
 
 The dual of :mod:`mdsd.otm.dual` maximises the gain g(A_j) = Q(set(x̄) ⊆ A_j) − p(A_j) over the prefixes
-A_j of the tokens sorted by p/q. Group the tokens into buckets of log p/q (even widths, 16 tokens each
+A_j of the tokens sorted by p/q. Group the tokens into buckets of log p/q (even widths, 8 tokens each
 on average). At bucket edges the prefix sums are exact bucket totals; inside bucket b both
 Q(set ⊆ A) and p(A) only grow, so for A_{b−} ⊆ A ⊆ A_{b+}
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_TOKENS_PER_BUCKET = 16  # average bucket size: few tokens to sort where the optimum lies
+_TOKENS_PER_BUCKET = 8  # average bucket size: few tokens to sort where the optimum lies
 
 
 def _bucket(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
