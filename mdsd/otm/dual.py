@@ -55,12 +55,25 @@ def iid_containment(qs: np.ndarray, k: int) -> np.ndarray:
     return np.minimum(_with_zero(np.cumsum(qs, axis=-1)), 1.0) ** k
 
 
+def draw_odds(q: np.ndarray) -> np.ndarray:
+    """q_i / q(V ∖ {i}) per token of q [..., n]: the second draw's odds once token i is drawn.
+
+    The denominator is 1 − q_i except for the largest token, whose rest mass is summed directly: when
+    q_i is close to 1, 1 − q_i would miss the float rounding of Σ q (relative error ~1e-16 / (1 − q_i)).
+    """
+    rest = 1.0 - q
+    top = np.argmax(q, axis=-1)[..., None]
+    others = np.where(np.arange(q.shape[-1]) == top, 0.0, q).sum(axis=-1, keepdims=True)
+    np.put_along_axis(rest, top, others, axis=-1)
+    return np.divide(q, rest, out=np.zeros_like(q), where=rest > 0)
+
+
 def wor2_containment(qs: np.ndarray) -> np.ndarray:
     """Q(both drafts in A_j) for two drafts without replacement; qs [..., n] -> [..., n + 1].
 
     .. math:: Q(\\{x_1, x_2\\} \\subseteq A) = q(A) - q(V \\setminus A) \\sum_{i \\in A} \\frac{q_i}{1 - q_i}.
     """
-    odds = np.divide(qs, 1.0 - qs, out=np.zeros_like(qs), where=qs < 1.0)
+    odds = draw_odds(qs)
     inside = _with_zero(np.cumsum(qs, axis=-1))
     return np.clip(inside - _suffix_mass(qs) * _with_zero(np.cumsum(odds, axis=-1)), 0.0, 1.0)
 

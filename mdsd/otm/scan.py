@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mdsd.otm.dual import draw_odds
+
 _TOKENS_PER_BUCKET = 8  # average bucket size: few tokens to sort where the optimum lies
 
 
@@ -55,7 +57,7 @@ def best_gains(p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]) -> di
     {('iid', 2): 0.25}
     """
     ratio, index, count = _bucket(p, q)
-    odds_all = np.divide(q, 1.0 - q, out=np.zeros_like(q), where=q < 1.0)
+    odds_all = draw_odds(q)
     sums = [np.bincount(index, weights=w, minlength=count) for w in (p, q, odds_all)]
     spent, inside, odds = (np.concatenate([[0.0], np.cumsum(s)]) for s in sums)  # at the count + 1 edges
     left = np.concatenate([np.cumsum(sums[1][::-1])[::-1], [0.0]])
@@ -77,7 +79,11 @@ def best_gains(p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]) -> di
         return edge[bucket] + run - before
 
     run_spent, run_inside, run_odds = within(p, spent), within(q, inside), within(odds_all, odds)
-    run_left = left[bucket] - (run_inside - inside[bucket])
+    # q(V∖A) from the tail, so that it stays accurate when small: the mass after each token inside its
+    # bucket (a suffix sum that only ever holds mass outside A) plus the buckets after it.
+    after = np.append(np.cumsum(q[chosen][::-1])[::-1], 0.0)  # after[i] = Σ of chosen tokens from i on
+    next_start = np.repeat(np.append(starts[1:], chosen.size), np.diff(np.append(starts, chosen.size)))
+    run_left = left[bucket + 1] + after[1:] - after[next_start]
     for name, k in items:
         gains = _containment(name, k, run_inside, run_left, run_odds) - run_spent
         best[(name, k)] = max(best[(name, k)], float(gains.max()))

@@ -184,3 +184,41 @@ def test_bucketed_scan_matches_the_full_sort():
                 continue
             law = mdsd.IID(k) if name == "iid" else mdsd.WithoutReplacement(k)
             assert 1.0 - gains[(name, k)] == pytest.approx(prefix_dual(p, q, law)[0], abs=1e-12)
+
+
+def test_regression_wor2_peaked_draft_used_one_minus_q_for_the_rest_mass():
+    """q_max = 1 − 9e-8: 1 − q_max missed the rounding of Σ q, α* was off by 7e-12 (exact: rationals)."""
+    from fractions import Fraction
+
+    p = [
+        0.004959532446409506,
+        0.0013133695858105893,
+        0.00018540534292551132,
+        0.0015123338884217715,
+        0.0043709997714945934,
+        0.0014049636356241468,
+        0.7489545487678543,
+        0.2372988465614596,
+    ]
+    q = [
+        1.7287560031488251e-15,
+        6.353443489518057e-14,
+        2.628193304514717e-10,
+        4.858120445466586e-10,
+        6.371402235394997e-08,
+        2.093658123629479e-08,
+        0.9999999133856918,
+        1.215007983438827e-09,
+    ]
+    exact_p, exact_q = ([Fraction(x) for x in v] for v in (p, q))
+    exact_p, exact_q = ([x / sum(v) for x in v] for v in (exact_p, exact_q))
+    exact = min(
+        sum(exact_p[i] for i in a)
+        + 1
+        - sum(exact_q[i] * exact_q[j] / (1 - exact_q[i]) for i in a for j in a if i != j)
+        for r in range(9)
+        for a in itertools.combinations(range(8), r)
+    )
+    law = mdsd.WithoutReplacement(2)
+    assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(float(exact), abs=1e-14)
+    assert mdsd.solve_otm(p, q, law).value == pytest.approx(float(exact), abs=1e-14)
