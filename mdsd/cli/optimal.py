@@ -3,7 +3,10 @@
     mdsd optimal --p p.npy --q q.json --law iid --k 2 [--method auto] [--json]
 
 Each FILE holds one probability vector: a ``.npy`` array or a ``.json`` list. Without ``--p`` and
-``--q`` it runs on the built-in example below (an 8-token target and a draft that disagrees with it).
+``--q`` it runs on a built-in example: an 8-token target and a draft that ranks the tokens differently,
+
+    p = [0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]
+    q = [0.10, 0.20, 0.30, 0.05, 0.15, 0.05, 0.10, 0.05]
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 from mdsd.otm import METHODS, law_from_name, solve_otm
 from mdsd.otm.solve import LAWS
 
-# The built-in example: a target p and a draft q over 8 tokens that rank the tokens differently.
+# The built-in example (quoted in the module docstring, which is the command's help).
 EXAMPLE_P = [0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]
 EXAMPLE_Q = [0.10, 0.20, 0.30, 0.05, 0.15, 0.05, 0.10, 0.05]
 
