@@ -100,3 +100,10 @@ def test_a_fresh_interpreter_runs_the_example():
     assert json.loads(done.stdout)["value"] == pytest.approx(
         mdsd.optimal_acceptance(EXAMPLE_P, EXAMPLE_Q, mdsd.IID(2)), abs=1e-12
     )
+
+
+def test_help_quotes_the_builtin_example():
+    from mdsd.cli import optimal
+
+    for name, values in (("p", EXAMPLE_P), ("q", EXAMPLE_Q)):
+        assert f"{name} = [{', '.join(f'{x:.2f}' for x in values)}]" in optimal.__doc__
