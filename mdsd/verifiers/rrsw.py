@@ -33,12 +33,16 @@ def _acceptance_k2(p: np.ndarray, q: np.ndarray) -> float:
     ratio, rs, qs = ratio[order], rs[order], qs[order]
     r_prefix = np.concatenate([[0.0], np.cumsum(rs)])  # Σ of the first m
     q_suffix = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])  # Σ from m on
-    # 1 − q(x) = Σ_{y≠x} q(y) as a prefix plus a suffix sum: no cancellation when q(x) ≈ 1
-    rest = np.concatenate([[0.0], np.cumsum(q)[:-1]]) + np.concatenate([np.cumsum(q[::-1])[::-1][1:], [0.0]])
+    # only drafts x with q(x) > p(x) are ever rejected; 1 − q(x) = Σ_{y≠x} q(y) as a prefix plus a
+    # suffix sum: no cancellation when q(x) ≈ 1
+    rejected = np.flatnonzero(q > p)
+    before = np.concatenate([[0.0], np.cumsum(q)[:-1]])  # Σ_{y<x} q(y)
+    after = np.concatenate([np.cumsum(q[::-1])[::-1][1:], [0.0]])  # Σ_{y>x} q(y)
+    rest = before[rejected] + after[rejected]
     c = 1.0 / np.maximum(rest, np.finfo(float).tiny)
     m = np.searchsorted(ratio, c, side="right")
     f = r_prefix[m] + c * q_suffix[m]
-    return float(first + (np.maximum(q - p, 0.0) * f).sum())
+    return float(first + ((q - p)[rejected] * f).sum())
 
 
 def _acceptance_enumerated(p: np.ndarray, q: np.ndarray, k: int) -> float:
