@@ -31,7 +31,9 @@ def _bucket(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         ratio = np.where(q > 0, p / q, np.inf)
         level = np.log2(ratio)  # -inf for p = 0, inf for q = 0
     finite = np.isfinite(level)
-    lo, hi = (level[finite].min(), level[finite].max()) if finite.any() else (0.0, 0.0)
+    lo = float(np.min(level, where=finite, initial=np.inf))
+    hi = float(np.max(level, where=finite, initial=-np.inf))
+    lo, hi = (lo, hi) if lo <= hi else (0.0, 0.0)  # (no finite ratio at all)
     inner = max(1, level.size // _TOKENS_PER_BUCKET)
     width = max(hi - lo, 1e-300) / inner
     with np.errstate(invalid="ignore"):

@@ -214,8 +214,11 @@ def optimal_acceptance_table(
         canonical = "without_replacement" if name == "wor" else name
         items += [(canonical, check_k(k, "ks")) for k in law_ks]
     p_arr, q_arr = as_pair(p, q)
+    support = int(np.count_nonzero(q_arr > 0, axis=-1).min())
     for name, k in items:
-        law_from_name(name, k).check(q_arr)
+        law = law_from_name(name, k)
+        if law.min_support() > support:
+            law.check(q_arr)  # raises, naming q
     check_k(rows_per_block, "rows_per_block")
     lead = p_arr.shape[:-1]
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
