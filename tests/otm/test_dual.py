@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -222,3 +223,27 @@ def test_regression_wor2_peaked_draft_used_one_minus_q_for_the_rest_mass():
     law = mdsd.WithoutReplacement(2)
     assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(float(exact), abs=1e-14)
     assert mdsd.solve_otm(p, q, law).value == pytest.approx(float(exact), abs=1e-14)
+
+
+def test_prefix_claim_for_drafts_without_replacement_against_all_cuts():
+    """MATH.md §1: for drafts without replacement the best cut is a p/q prefix (conjectured; tested here)."""
+    rng = np.random.default_rng(12)
+    checked = 0
+    while checked < 200:
+        n = int(rng.integers(6, 10))
+        k = int(rng.integers(2, 6))
+        if math.perm(n, k) > 5000:
+            continue
+        if checked % 3 == 0:
+            p, q = random_vector(rng, n), random_vector(rng, n)  # ties, zeros, one-hot shapes
+        else:
+            p, q = heavy_tailed(rng, n, float(rng.choice([0.3, 1.5, 4.0]))), heavy_tailed(rng, n, 2.0)
+        law = mdsd.WithoutReplacement(k)
+        if np.count_nonzero(q) < k:
+            continue
+        assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(brute_force(p, q, law), abs=1e-9), (
+            p,
+            q,
+            k,
+        )
+        checked += 1
