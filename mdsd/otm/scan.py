@@ -59,9 +59,11 @@ def best_gains(p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]) -> di
     {('iid', 2): 0.25}
     """
     ratio, index, count = _bucket(p, q)
-    odds_all = draw_odds(q)
-    sums = [np.bincount(index, weights=w, minlength=count) for w in (p, q, odds_all)]
-    spent, inside, odds = (np.concatenate([[0.0], np.cumsum(s)]) for s in sums)  # at the count + 1 edges
+    paired = any(name != "iid" and k == 2 for name, k in items)  # only these need the odds and q(V∖A)
+    odds_all = draw_odds(q) if paired else np.zeros_like(q)
+    sums = [np.bincount(index, weights=w, minlength=count) for w in ((p, q, odds_all) if paired else (p, q))]
+    spent, inside, *extra = (np.concatenate([[0.0], np.cumsum(s)]) for s in sums)  # at the count + 1 edges
+    odds = extra[0] if paired else np.zeros(count + 1)
     left = np.concatenate([np.cumsum(sums[1][::-1])[::-1], [0.0]])
     best, refine = {}, np.zeros(count, dtype=bool)
     for name, k in items:
@@ -80,7 +82,8 @@ def best_gains(p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]) -> di
         before = np.repeat(run[starts] - w[chosen][starts], np.diff(np.append(starts, chosen.size)))
         return edge[bucket] + run - before
 
-    run_spent, run_inside, run_odds = within(p, spent), within(q, inside), within(odds_all, odds)
+    run_spent, run_inside = within(p, spent), within(q, inside)
+    run_odds = within(odds_all, odds) if paired else np.zeros(chosen.size)
     # q(V∖A) from the tail, so that it stays accurate when small: the mass after each token inside its
     # bucket (a suffix sum that only ever holds mass outside A) plus the buckets after it.
     after = np.append(np.cumsum(q[chosen][::-1])[::-1], 0.0)  # after[i] = Σ of chosen tokens from i on
