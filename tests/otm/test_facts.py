@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from otm_cases import brute_force, instance, random_vector
+from otm_cases import brute_force, check_certificate, instance, random_vector
 
 import mdsd
 
@@ -157,3 +157,14 @@ def test_regression_coupling_lp_presolve_called_tiny_tuple_mass_infeasible():
     p = np.array([0.2, 0.3, 0.5])
     coupling = mdsd.solve_otm(p, q, mdsd.IID(3), method="coupling")
     assert coupling.value == pytest.approx(brute_force(p, q, mdsd.IID(3)), abs=1e-9)
+
+
+def test_regression_maxflow_survives_capacities_far_apart():
+    """networkx preflow-push failed ('min() arg is an empty sequence') with capacities ~1e-18 and ~1
+    (found by experiments/theorems.py on a Dirichlet(0.1) pair); max-flow now uses augmenting paths."""
+    p = np.array([1.0681059927779883e-18, 0.999989947065151, 1.0052934849031038e-05])
+    q = np.array([0.9276823654627134, 1.1892360627995753e-06, 0.07231644530122396])
+    law = mdsd.WithoutReplacement(2)
+    result = mdsd.solve_otm(p, q, law, method="maxflow")
+    assert result.value == pytest.approx(brute_force(p, q, law), abs=1e-12)
+    check_certificate(result, p, q, law)
