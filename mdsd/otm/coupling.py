@@ -12,7 +12,6 @@ level sets contain a minimum cut A. See ../shared/MATH.md §1.
 
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
 from mdsd.otm.network import Network
@@ -35,6 +34,8 @@ def solve_coupling(p: np.ndarray, net: Network) -> OTMResult:
     n_tuples = net.tuples.shape[0]
     member = np.zeros((n_tuples, net.n))  # [T, n]: 1 where y ∈ set(x̄)
     member[net.edge_tuple, net.edge_token] = 1.0
+    import cvxpy as cp  # here, not at module level: importing cvxpy takes seconds
+
     plan = cp.Variable((n_tuples, net.n), nonneg=True)
     rows = cp.sum(plan, axis=1) == net.weight
     cols = cp.sum(plan, axis=0) == p
