@@ -187,6 +187,10 @@ def real_pairs(temperature: float = 1.0, path: str | os.PathLike | None = None) 
     ``temperature`` must be one of the stored ones (0.1, 0.2, 0.25, 0.3, 0.4, ..., 1.0); see the module
     docstring for the exact reconstruction (support S exact, the rest lumped into one tail token).
     ``path`` reads another corpus written by :func:`save_corpus` instead of the bundled one.
+
+    >>> pairs = real_pairs(0.6)
+    >>> len(pairs) >= 1000, bool(np.allclose(pairs.p.sum(axis=1), 1.0)), pairs.p.shape == pairs.q.shape
+    (True, True, True)
     """
     corpus = load_corpus(path)
     temps = corpus["temperatures"]

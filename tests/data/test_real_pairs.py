@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-import mdsd.data
 from mdsd.data.corpus import (
     TEMPERATURES,
     concat_records,
@@ -102,10 +99,6 @@ def test_concat_records_keeps_rows_apart():
     assert both["target_tail"].shape == (5, len(TEMPERATURES))
 
 
-_BUNDLED = (Path(mdsd.data.__file__).parent / "real_pairs.npz").is_file()
-
-
-@pytest.mark.skipif(not _BUNDLED, reason="TEMPORARY while the corpus is being recorded")
 def test_bundled_corpus_meets_the_brief():
     corpus = load_corpus()
     pairs = real_pairs(1.0)
