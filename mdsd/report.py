@@ -22,17 +22,13 @@ import numpy as np
 import scipy.stats
 import torch
 
+from mdsd.data import REAL_TEMPERATURES, real_pairs
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
 from mdsd.otm import optimal_acceptance
 from mdsd.toy import toy_pair
 from mdsd.validation import as_pair
 from mdsd.verifiers import VERIFIERS, verifier
 from mdsd.verifiers.rrsw import ENUMERATION_LIMIT as RRSW_ENUMERATION_LIMIT
-
-# The bundled corpus of real pairs (mdsd.data.real_pairs) is not in yet: once it is, these two lines become
-# `from mdsd.data.real_pairs import TEMPERATURES as REAL_TEMPERATURES, real_pairs`.
-real_pairs = None
-REAL_TEMPERATURES: tuple[float, ...] = ()  # the temperatures the corpus stores
 
 __all__ = ["LAWS", "ReportConfig", "Block", "make_law", "toy_blocks", "real_blocks", "report", "summarise"]
 
@@ -115,13 +111,11 @@ def toy_blocks(config: ReportConfig) -> list[Block]:
 
 
 def real_blocks(config: ReportConfig) -> list[Block]:
-    """The bundled real pairs at each of ``config.temperatures`` the corpus stores (none without it).
+    """The bundled real pairs (:func:`mdsd.data.real_pairs`) at each of ``config.temperatures`` it stores.
 
     ``config.real_rows`` rows evenly spaced over the corpus (so every prompt set is represented); the
     padding columns of a row have p = q = 0.
     """
-    if real_pairs is None:
-        return []
     blocks = []
     for t in config.temperatures:
         if not any(math.isclose(t, stored) for stored in REAL_TEMPERATURES):

@@ -9,7 +9,7 @@ import torch
 
 import mdsd
 from mdsd.cli import main
-from mdsd.report import Block, ReportConfig, report, summarise
+from mdsd.report import Block, ReportConfig, real_blocks, report, summarise
 
 TINY = ReportConfig(k=(1, 2, 3), temperatures=(0.3, 1.0), n=6, pairs=3, real=False, seed=5)
 
@@ -167,3 +167,15 @@ def test_real_blocks_take_evenly_spaced_rows_at_stored_temperatures(monkeypatch)
         expected = Corpus(block.temperature)
         np.testing.assert_allclose(block.p, expected.p[[0, 4, 8]], rtol=1e-12)
         np.testing.assert_allclose(block.q, expected.q[[0, 4, 8]], rtol=1e-12)
+
+
+def test_bundled_real_pairs_are_included_by_default():
+    from mdsd.data import real_pairs
+
+    config = ReportConfig(temperatures=(0.05, 0.6), real_rows=5)
+    [block] = real_blocks(config)  # 0.05 is not a stored temperature
+    corpus = real_pairs(0.6)
+    rows = np.linspace(0, len(corpus) - 1, 5).round().astype(int)
+    assert (block.source, block.temperature) == ("real", 0.6)
+    np.testing.assert_allclose(block.p, corpus.p[rows], rtol=1e-12)
+    np.testing.assert_allclose(block.q, corpus.q[rows], rtol=1e-12)
