@@ -63,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plot(rows: list[dict], out_dir: Path) -> list[Path]:
-    """Three figures: acceptance vs temperature per verifier (with its law's optimum); the gap to the
-    optimum vs k; the optimum of each law vs k. Toy rows are averaged over temperatures for the
-    plots against k (all temperatures have the same number of pairs); real pairs get their own panel."""
+    """Acceptance vs temperature per verifier, with its law's optimum (one figure per source: toy, and
+    ``_real`` for the real pairs); the gap to the optimum vs k; the optimum of each law vs k. The plots
+    against k average over temperatures (every temperature has the same number of pairs), one panel
+    per source."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,8 +79,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     paths = []
 
     verifiers = list(dict.fromkeys(r["name"] for r in done if r["kind"] == "verifier"))
-    toy = [r for r in done if r["source"] == "toy"]
-    if verifiers and toy:
+    for source in dict.fromkeys(r["source"] for r in done if r["temperature"] is not None):
+        chosen = [r for r in done if r["source"] == source and r["kind"] == "verifier"]
         cols = min(4, len(verifiers))
         rows_n = -(-len(verifiers) // cols)
         fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 3.3 * rows_n), squeeze=False)
@@ -87,8 +88,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
             for i, k in enumerate(ks):
                 line = sorted(
                     (r["temperature"], r["mean"], r["optimum"])
-                    for r in toy
-                    if r["kind"] == "verifier" and r["name"] == name and r["k"] == k
+                    for r in chosen
+                    if (r["name"], r["k"]) == (name, k)
                 )
                 if not line:
                     continue
@@ -97,14 +98,15 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
                 ax.plot(t, mean, "o-", color=color, label=f"k = {k}")
                 ax.plot(t, best, "--", color=color, alpha=0.7)
             ax.set_xscale("log")
-            ax.set_title(f"{name} (dashed: optimum of its law)", fontsize=9)
+            ax.set_title(f"{source} pairs: {name} (dashed: optimum of its law)", fontsize=9)
             ax.set_xlabel("temperature T")
             ax.set_ylabel("acceptance")
             ax.legend(fontsize=7)
         for ax in list(axes.flat)[len(verifiers) :]:
             ax.axis("off")
         fig.tight_layout()
-        paths.append(_save(fig, out_dir / "report_acceptance_vs_temperature.png"))
+        suffix = "" if source == "toy" else f"_{source}"
+        paths.append(_save(fig, out_dir / f"report_acceptance_vs_temperature{suffix}.png"))
 
     sources = list(dict.fromkeys(r["source"] for r in done))
     for stem, kind, ylabel in (
@@ -129,9 +131,7 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
             ax.set_xticks(ks)
             ax.set_xlabel("k (drafts)")
             ax.set_ylabel(ylabel)
-            ax.set_title(
-                f"{source} pairs" + (" (mean over temperatures)" if source == "toy" else ""), fontsize=9
-            )
+            ax.set_title(f"{source} pairs (mean over temperatures)", fontsize=9)
             ax.legend(fontsize=7)
         fig.tight_layout()
         paths.append(_save(fig, out_dir / stem))
