@@ -18,7 +18,9 @@ Pairs are synthetic but real-size: target logits z ~ scale · N(0, 1), draft log
 both through a softmax (no model downloads).
 
 Run:  python benchmarks/bench_verify.py [--batch 1024] [--threads 1]
-Writes benchmarks/results/verify.json (+ .csv).
+Writes benchmarks/results/verify.json (+ .csv). Acceptance timings alone (seconds, not 20 minutes):
+      python benchmarks/bench_verify.py --no-verify --batch 1 --acceptance-repeats 21 \
+          --name verify_acceptance
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Config:
     reference_rows: int = field(default=4, metadata={"help": "rows of the float64 reference baseline"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
+    verify: bool = field(default=True, metadata={"help": "run the verify section (else acceptance only)"})
+    name: str = field(default="verify", metadata={"help": "results file name (benchmarks/results/NAME.json)"})
     out_dir: str = field(default="benchmarks/results", metadata={"help": "where verify.json goes"})
 
 
@@ -173,7 +177,8 @@ def main() -> None:
     p, q = logit_pair(gen, cfg.batch, cfg.n, cfg.scale, cfg.noise)
     p64, q64 = p[0].double().numpy(), q[0].double().numpy()  # float32 softmax sums to 1 only within ~1e-5
     rows = acceptance_rows(cfg, p64 / p64.sum(), q64 / q64.sum())
-    rows += verify_rows(cfg, p, q, gen)
+    if cfg.verify:
+        rows += verify_rows(cfg, p, q, gen)
     del p, q
     summary = {
         "total_seconds": time.perf_counter() - start,
@@ -181,7 +186,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}",
         "acceptance_max_ms": max(r["ms"] for r in rows if r["section"] == "acceptance" and r["k"]),
     }
-    paths = write_results(cfg.out_dir, "verify", rows, cfg, cfg.seed, summary=summary)
+    paths = write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
     for row in rows:
         print({key: round(val, 3) if isinstance(val, float) else val for key, val in row.items()})
     print(summary)
