@@ -14,6 +14,7 @@ from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take
 __all__ = ["RRSw", "ENUMERATION_LIMIT"]
 
 ENUMERATION_LIMIT = 4_000_000  # k >= 3: exact enumeration while n * m (m - 1) ... (m - k + 2) <= this
+SHARED_ROWS = 16  # one pair [V] verified for more draft tuples than this: sort the pair once (_SortedPart)
 
 
 def _acceptance_k2(p: np.ndarray, q: np.ndarray) -> float:
@@ -122,7 +123,8 @@ class RRSw(Verifier):
     def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         batch = drafts.shape[:-1]
         px, qx = take(p, drafts).double(), take(q, drafts).double()  # [*B, K]
-        part = _SortedPart(p, q) if p.ndim == 1 else _DensePart(p, q)
+        shared = p.ndim == 1 and drafts.ndim > 1 and drafts[..., 0].numel() > SHARED_ROWS
+        part = _SortedPart(p, q) if shared else _DensePart(p, q)
         lam = torch.zeros(batch, dtype=torch.float64, device=p.device)
         mass = torch.ones_like(lam)  # Z_1 = Σ p
         accept = []

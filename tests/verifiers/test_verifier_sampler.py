@@ -53,6 +53,9 @@ def test_one_pair_broadcasts_over_many_draft_tuples(name, k):
     # a [2, 3, V] batch with drafts [2, 3, k]
     tokens, index = v.verify(p.expand(2, 3, -1), q.expand(2, 3, -1), drafts[:6].reshape(2, 3, k), gen)
     assert tokens.shape == index.shape == (2, 3)
+    # one node (batch shape []), as the tree decoder calls it
+    token, index = v.verify(p, q, drafts[0], gen)
+    assert token.shape == index.shape == () and (index == -1 or drafts[0][index] == token)
 
 
 def test_duplicate_drafts_report_the_first_index():
