@@ -223,6 +223,7 @@ def _plot(rows: list[dict], config: Config, path: Path) -> None:
 
 def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> str:
     lines = ["# Exact acceptance on real Qwen2.5-Coder distributions", "", f"Pairs: {source}."]
+    means = {(r["temperature"], r["kind"], r["name"], r["k"]): r["mean"] for r in rows if "mean" in r}
     positions = max((row["positions"] for row in rows), default=0)
     lines += [f"Positions: {positions} per temperature (MT-Bench, HumanEval, news continuations).", ""]
     for t in config.temperatures:
@@ -242,6 +243,16 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
                     cells.append("")
             label = f"optimum, {name} law" if kind == "optimal" else f"{name}"
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        optimum = means.get((t, "optimal", "without_replacement", 2))
+        gaps = {
+            n: optimum - v for (tt, kind, n, k), v in means.items() if (tt, kind, k) == (t, "verifier", 2)
+        }
+        if optimum is not None and gaps:
+            lines.append(
+                f"\nGap to the best optimum at k = 2 (drafts without replacement, {optimum:.4f}): "
+                + ", ".join(f"{n} {g:.4f}" for n, g in sorted(gaps.items(), key=lambda item: item[1]))
+                + "."
+            )
         tails = [r["mean_tail_bound"] for r in rows if r["temperature"] == t and "mean_tail_bound" in r]
         if tails and tails[0] > 0:
             lines.append(
@@ -253,10 +264,12 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
         "verifier's own draft law (RRS, K-SEQ: iid; RRSw: without replacement; SpecHub: hub; greedy: greedy)."
     )
     if skipped:
-        missing = ", ".join(
-            f"T={t} {name} k={k} ({count} positions)" for (t, name, k), count in skipped.items()
+        names = sorted({name for _, name, _ in skipped})
+        ks = sorted({k for _, _, k in skipped})
+        lines.append(
+            f"Not computed: {', '.join(names)} for k in {ks} ({sum(skipped.values())} (T, k, position) "
+            "cases): exact enumeration of the draft tuples is too large at these vocabulary sizes."
         )
-        lines.append(f"Not computed (RRSw's exact enumeration is too large there): {missing}.")
     return "\n".join(lines) + "\n"
 
 
