@@ -83,7 +83,8 @@ def record_prompt(
     """``(continuation [L'], target_logits [L', V], draft_logits [L', V])`` for one prompt.
 
     The continuation is sampled from the target; row t of each logit matrix is that model's
-    next-token logits just before ``continuation[t]`` (the target's are those it was sampled from). The two models must share the vocabulary.
+    next-token logits just before ``continuation[t]`` (the target's are those it was sampled from).
+    The two models must share the vocabulary.
     """
     prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
     continuation, p_logits = sample_continuation(
