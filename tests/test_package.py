@@ -34,3 +34,13 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert re.search(r"pytest$", test_command)
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci_lines
+
+
+def test_readme_tour_runs_up_to_the_decoder():
+    """The README's code tour runs as written (the decoder part needs real models: see tests/tree)."""
+    readme = (ROOT / "README.md").read_text()
+    tour = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(tour.split("# Token-tree decoding", 1)[0], "README.md", "exec"), scope)
+    assert scope["r"].value == scope["r"].cut_value
+    assert scope["tokens"].shape == () and -1 <= int(scope["index"]) < 2
