@@ -15,6 +15,9 @@ verification. The full grid is for a GPU (``--device cuda``), where plain autore
 timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
 
     python experiments/batch_efficiency.py                         # CPU subset (see Config defaults)
+    # results/batch_efficiency (2-core CPU, about 10 minutes):
+    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --verifiers rrs rrsw spechub kseq greedy \
+        --autoregressive
     python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
         ternary3 ternary12 sequoia4 sequoia8 sequoia16 sequoia32 --verifiers rrs rrsw spechub kseq greedy
