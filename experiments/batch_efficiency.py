@@ -16,7 +16,7 @@ timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
 
     python experiments/batch_efficiency.py                         # CPU subset (see Config defaults)
     # results/batch_efficiency (2-core CPU, about 10 minutes):
-    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --verifiers rrs rrsw spechub kseq greedy \
+    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --verifiers rrs rrsw spechub kseq greedy \\
         --autoregressive
     python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
