@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from mdsd.cli.optimal import EXAMPLE_P, EXAMPLE_Q, load_vector
+from mdsd.cli.optimal import add_pair_arguments, read_pair
 from mdsd.otm import optimal_acceptance
 from mdsd.validation import as_pair
 from mdsd.verifiers import VERIFIERS, estimate_acceptance, verifier
@@ -28,8 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--p", metavar="FILE", help="target distribution (.npy or .json list)")
-    parser.add_argument("--q", metavar="FILE", help="draft distribution (.npy or .json list)")
+    add_pair_arguments(parser)
     parser.add_argument("--k", type=int, default=2, help="number of drafts (default 2)")
     parser.add_argument(
         "--samples", type=int, default=100_000, help="Monte Carlo samples where no exact form applies"
@@ -61,11 +60,7 @@ def acceptance_rows(p: np.ndarray, q: np.ndarray, k: int, samples: int, seed: in
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.p is None) != (args.q is None):
-        raise ValueError("give both --p and --q, or neither to use the built-in example")
-    example = args.p is None
-    p = np.array(EXAMPLE_P) if example else load_vector(args.p, "p")
-    q = np.array(EXAMPLE_Q) if example else load_vector(args.q, "q")
+    p, q, example = read_pair(args)
     p, q = as_pair(p, q)
     if p.ndim != 1:
         raise ValueError(f"--p and --q must each hold one vector; got shape {p.shape}")

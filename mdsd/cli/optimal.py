@@ -42,6 +42,21 @@ def load_vector(path: str, name: str) -> np.ndarray:
     raise ValueError(f"--{name} {path}: expected a .npy or .json file")
 
 
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--p FILE --q FILE`` pair that ``optimal`` and ``acceptance`` share."""
+    parser.add_argument("--p", metavar="FILE", help="target distribution (.npy or .json list)")
+    parser.add_argument("--q", metavar="FILE", help="draft distribution (.npy or .json list)")
+
+
+def read_pair(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(p, q, example): the vectors named by --p/--q, or the built-in example when both are absent."""
+    if (args.p is None) != (args.q is None):
+        raise ValueError("give both --p and --q, or neither to use the built-in example")
+    if args.p is None:
+        return np.array(EXAMPLE_P), np.array(EXAMPLE_Q), True
+    return load_vector(args.p, "p"), load_vector(args.q, "q"), False
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "optimal",
@@ -49,8 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--p", metavar="FILE", help="target distribution (.npy or .json list)")
-    parser.add_argument("--q", metavar="FILE", help="draft distribution (.npy or .json list)")
+    add_pair_arguments(parser)
     parser.add_argument("--law", default="iid", help=f"draft law: {', '.join(LAWS)} (default iid)")
     parser.add_argument("--k", type=int, default=2, help="number of drafts (default 2)")
     parser.add_argument("--method", default="auto", help=f"solver: {', '.join(METHODS)} (default auto)")
@@ -59,11 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.p is None) != (args.q is None):
-        raise ValueError("give both --p and --q, or neither to use the built-in example")
-    example = args.p is None
-    p = np.array(EXAMPLE_P) if example else load_vector(args.p, "p")
-    q = np.array(EXAMPLE_Q) if example else load_vector(args.q, "q")
+    p, q, example = read_pair(args)
     law = law_from_name(args.law, args.k)
     result = solve_otm(p, q, law, method=args.method)
     if args.json:
