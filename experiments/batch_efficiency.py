@@ -18,6 +18,14 @@ timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
     # results/batch_efficiency (2-core CPU, about 10 minutes):
     python experiments/batch_efficiency.py --temperatures 0.6 1.0 --verifiers rrs rrsw spechub kseq greedy \\
         --autoregressive
+    # results/batch_efficiency_binary30 (the paper's 31-node tree):
+    python experiments/batch_efficiency.py --prompts-per-set 4 --max-new-tokens 48 --trees binary30 \\
+        --verifiers rrs rrsw spechub --output-dir results/batch_efficiency_binary30
+    # results/batch_efficiency_grid (every tree family, both T; about 32 minutes):
+    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --trees binary2 binary14 ternary3 \\
+        ternary12 sequoia8 sequoia16 --verifiers rrs rrsw spechub kseq greedy --max-new-tokens 32 \\
+        --output-dir results/batch_efficiency_grid
+    # the full grid, on a GPU (never run yet):
     python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
         ternary3 ternary12 sequoia4 sequoia8 sequoia16 sequoia32 --verifiers rrs rrsw spechub kseq greedy
@@ -200,30 +208,45 @@ def _autoregressive(target, todo, t, config, eos, sample_continuation) -> dict:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in sorted({r["verifier"] for r in rows} - {"autoregressive"}):
-        pts = sorted(
-            (r["drafted_nodes"], r["tokens_per_step"], r.get("predicted_tokens_per_step"))
-            for r in rows
-            if r["verifier"] == name
-        )
-        x, y, pred = zip(*pts, strict=True)
-        line = ax.plot(x, y, "-o", label=f"{name} measured", markersize=4)[0]
-        if any(p is not None for p in pred):
-            ax.plot(
-                [xi for xi, p in zip(x, pred, strict=True) if p is not None],
-                [p for p in pred if p is not None],
-                "--x",
-                color=line.get_color(),
-                label=f"{name} predicted",
-            )
-    ax.set(
-        xlabel="drafted nodes",
-        ylabel="tokens per target forward",
-        title="Batch efficiency, Qwen2.5-Coder 1.5B / 0.5B",
+    """One panel per temperature: measured tokens/step (± 95%) and the prediction, per tree and verifier."""
+    rows = [r for r in rows if r["verifier"] != "autoregressive"]
+    temps = sorted({r["temperature"] for r in rows})
+    trees = list(dict.fromkeys(r["tree"] for r in rows))  # in the order given
+    names = sorted({r["verifier"] for r in rows})
+    fig, axes = plt.subplots(
+        1, len(temps), figsize=(1.2 + max(4.0, 0.9 * len(trees)) * len(temps), 4), squeeze=False, sharey=True
     )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    width = 0.8 / len(names)
+    for ax, t in zip(axes[0], temps, strict=True):
+        for j, name in enumerate(names):
+            color = f"C{j}"
+            for r in rows:
+                if (r["temperature"], r["verifier"]) != (t, name):
+                    continue
+                x = trees.index(r["tree"]) + (j - (len(names) - 1) / 2) * width
+                ax.errorbar(
+                    x,
+                    r["tokens_per_step"],
+                    yerr=r["ci95"] or 0,
+                    fmt="o",
+                    color=color,
+                    markersize=4,
+                    capsize=2,
+                )
+                if r.get("predicted_tokens_per_step") is not None:
+                    ax.plot(x, r["predicted_tokens_per_step"], "x", color=color, markersize=6)
+                if (r["tree"], t) == ("binary30", 0.6) and name in PAPER_BINARY30_T06:
+                    ax.plot(x, PAPER_BINARY30_T06[name], "*", color=color, markersize=8)
+            ax.plot([], [], "o", color=color, label=name)
+        ax.plot([], [], "x", color="gray", label="predicted")
+        if "binary30" in trees and t == 0.6:
+            ax.plot([], [], "*", color="gray", label="SpecHub paper (Llama-2)")
+        ax.set_xticks(range(len(trees)), trees, rotation=30)
+        ax.set(title=f"T = {t}", xlabel="tree (drafted nodes)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("tokens per target forward")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("Tokens per target forward, measured (± 95%) and predicted")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
