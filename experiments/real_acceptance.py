@@ -31,6 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 from tqdm import tqdm
 
 import mdsd
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         source = "bundled corpus (top-256 union + one tail token per model)"
     jobs = [(t, *arrays, config) for t, arrays in sources.items()]
     if config.workers > 1:  # one process per temperature (fork: the arrays are inherited, not re-read)
-        with ProcessPoolExecutor(max_workers=config.workers) as pool:
+        with _pool(config.workers) as pool:
             outputs = list(pool.map(_evaluate, *zip(*jobs, strict=True)))
     else:
         outputs = [_evaluate(*job) for job in jobs]
@@ -198,6 +199,15 @@ def main(argv: list[str] | None = None) -> None:
     _plot(rows, config, out_dir / "real_acceptance.png")
     (out_dir / "summary.md").write_text(_summary(rows, config, source, skipped))
     print((out_dir / "summary.md").read_text())
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """Forked worker processes that run torch on one thread each.
+
+    ``--record`` runs the models, and so torch's OpenMP pool, before the fork; in the child the first
+    kernel that enters a parallel region then waits forever. With one thread none does.
+    """
+    return ProcessPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,))
 
 
 def _plot(rows: list[dict], config: Config, path: Path) -> None:
