@@ -15,7 +15,7 @@ from mdsd.otm import (
     solve_otm,
 )
 from mdsd.toy import dirichlet_pair, toy_pair
-from mdsd.tree import Tree, TreeDecodeOutput, TreeDecoder
+from mdsd.tree import DynamicTree, Tree, TreeDecodeOutput, TreeDecoder
 from mdsd.verifiers import VERIFIERS, AcceptanceEstimate, Verifier, estimate_acceptance, verifier
 
 # Each block below re-exports one concept's public API; keep `__all__` in step.
@@ -40,6 +40,7 @@ __all__ = [
     "dirichlet_pair",
     # token trees and tree decoding
     "Tree",
+    "DynamicTree",
     "TreeDecoder",
     "TreeDecodeOutput",
     # verifiers

@@ -54,7 +54,7 @@ def test_output_fields_and_timings(pair):
     assert out.steps == len(out.tokens_per_step) == len(out.accepted_per_step)
     assert all(0 <= a <= 2 for a in out.accepted_per_step)
     assert sum(out.tokens_per_step) >= 17 > sum(out.tokens_per_step[:-1])
-    assert set(out.timings) == {"draft", "target", "verify", "cache"}
+    assert set(out.timings) == {"total", "draft", "target", "verify", "cache"}
     assert all(t > 0 for t in out.timings.values())
     again = dec.generate(torch.tensor([[1, 2]]), 17, torch.Generator().manual_seed(3))
     assert again.tokens.tolist() == out.tokens.tolist()  # randomness comes from the generator only

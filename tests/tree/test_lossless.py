@@ -73,7 +73,7 @@ class _ResampleFromP:
 
     def verify(self, p, q, drafts, generator):
         tokens, index = self.inner.verify(p, q, drafts, generator)
-        fresh = torch.multinomial(p, 1, generator=generator).squeeze(-1)
+        fresh = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=generator).reshape(index.shape)
         return torch.where(index < 0, fresh, tokens), index
 
 

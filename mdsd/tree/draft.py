@@ -1,0 +1,242 @@
+"""The draft phase of a decoding step: grow the step's tree level by level with the draft model.
+
+For every row of the batch, one draft forward per depth runs over the nodes expanded at that depth (tree
+attention: each node sees the prefix and its ancestors; position = root position + depth, MATH.md §4), and
+each expanded node draws its children with its verifier's law from ``q = softmax(logits / T)`` (float32).
+At T = 0 the children are the draft's top-k tokens (greedy decoding has its own path). Everything stays on
+the model's device; nothing here waits for the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mdsd.tree.cache import ModelCache, block_mask
+from mdsd.tree.plan import Group, Plan
+
+__all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "model_forward", "causal"]
+
+
+@dataclass
+class Pending:
+    """Tokens a model has not seen yet, left-padded per row: ``ids [B, P]``, ``real [B, P]``."""
+
+    ids: torch.Tensor
+    real: torch.Tensor
+
+    @classmethod
+    def from_rows(cls, rows: list[list[int]], device: torch.device) -> Pending:
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([[0] * (width - len(r)) + r for r in rows], dtype=torch.long, device=device)
+        real = torch.tensor([[False] * (width - len(r)) + [True] * len(r) for r in rows], device=device)
+        return cls(ids, real)
+
+
+@dataclass
+class Expansion:
+    """One expansion group as drafted: its nodes, their children and the law they were drawn from."""
+
+    group: Group
+    node: torch.Tensor  # [B, M] expanded node of each slot
+    children: torch.Tensor  # [B, M, k] node indices of its children
+    q: torch.Tensor | None  # [B, M, V] draft distribution at the node (None at T = 0)
+    active: torch.Tensor  # [B, M] bool: the slot is expanded in this row (adaptive depths switch it off)
+
+
+@dataclass
+class Drafted:
+    """The drafted tree of one step, per row (B rows, N nodes, F of them forwarded to the target)."""
+
+    plan: Plan
+    tokens: torch.Tensor  # [B, N] node tokens (root: the last emitted token)
+    parent: torch.Tensor  # [B, N] parent node (-1 for the root)
+    ancestors: torch.Tensor  # [B, N, N] bool: ancestors[b, i, j] iff j is on the path root → i (i included)
+    score: torch.Tensor  # [B, N] log path probability under the draft
+    expansions: list[Expansion]
+    forward: torch.Tensor  # [B, F] nodes of the target forward, root first, ancestors before descendants
+    draft_nodes: torch.Tensor  # [B, Fd] nodes forwarded to the draft below the root, in cache order
+    forwards: int  # draft forwards run
+
+
+def causal(real: torch.Tensor) -> torch.Tensor:
+    """Visibility inside a left-padded pending block [B, P] -> [B, P, P]: causal over real tokens."""
+    P = real.shape[1]
+    tri = torch.ones(P, P, dtype=torch.bool, device=real.device).tril()
+    eye = torch.eye(P, dtype=torch.bool, device=real.device)
+    return (tri & real[:, None, :] & real[:, :, None]) | eye
+
+
+def model_forward(model, cache: ModelCache, ids, visible, past, positions, keep: int, block_valid):
+    """Run ``model`` on a block of new tokens: the logits of its last ``keep`` tokens [B, keep, V] and a flag
+    [B] of rows whose logits were not all finite (those logits are replaced by zeros, so the step can finish
+    and the caller raise once it reads the flag).
+
+    ``past`` [B, C] or [B, Q, C]: cache slots each new token may see; ``visible`` [B, Q, Q] inside the block;
+    ``block_valid`` [B, Q] which new slots hold real tokens (recorded in ``cache``).
+    """
+    kwargs = {
+        "input_ids": ids,
+        "attention_mask": block_mask(past, visible, _dtype(model)),
+        "position_ids": positions,
+        "past_key_values": cache.cache,
+        "use_cache": True,
+    }
+    if _takes_logits_to_keep(type(model)):
+        kwargs["logits_to_keep"] = keep
+    out = model(**kwargs)
+    cache.appended(out.past_key_values, block_valid)
+    logits = out.logits[:, -keep:]
+    finite = torch.isfinite(logits)
+    return torch.where(finite, logits, 0.0), ~finite.all(-1).all(-1)
+
+
+@functools.cache
+def _takes_logits_to_keep(model_type: type) -> bool:
+    """Whether the model can compute only the last logits (most transformers causal LMs can)."""
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def draft_tree(
+    model,
+    cache: ModelCache,
+    pending: Pending,
+    plan: Plan,
+    verifiers: dict,
+    temperature: float,
+    generator: torch.Generator | None,
+    depth_limit: torch.Tensor | None = None,
+) -> tuple[Drafted, torch.Tensor]:
+    """Draft one step's tree. Returns the tree and a device flag [B] of non-finite draft logits.
+
+    ``verifiers[k]`` draws the k children of a node (``draft(q, generator)``); ``depth_limit`` [B] (optional)
+    switches off expansions at depths >= the row's limit (adaptive draft lengths).
+    """
+    B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
+    tokens = torch.zeros(B, N, dtype=torch.long, device=dev)
+    tokens[:, 0] = pending.ids[:, -1]  # the root: the last pending token
+    parent = torch.full((B, N), -1, dtype=torch.long, device=dev)
+    if plan.parent is not None:
+        parent[:] = plan.constant(plan.parent, dev)
+    ancestors = torch.eye(N, dtype=torch.bool, device=dev).repeat(B, 1, 1)
+    score = torch.zeros(B, N, device=dev)
+    # level 0: the pending tokens (causal, left-padded), the root last
+    live = cache.live()
+    base = torch.cat([cache.valid, pending.real], dim=1)  # slots every node of this step may see
+    positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
+    root_pos = live + pending.real.sum(1) - 1
+    logits, bad = model_forward(
+        model, cache, pending.ids, causal(pending.real), cache.valid, positions, 1, pending.real
+    )
+    draft_nodes = torch.zeros(B, 0, dtype=torch.long, device=dev)
+    expansions: list[Expansion] = []
+    node_logits = {0: logits}  # depth -> logits [B, M_d, V] of the nodes forwarded at that depth
+    forwarded = {0: torch.zeros(B, 1, dtype=torch.long, device=dev)}
+    forwards = 1
+    for d in range(plan.max_depth):
+        groups = plan.groups_at(d)
+        if not groups:
+            break
+        if d > 0:
+            nodes = torch.cat([_expanded_nodes(g, score, plan, d) for g in groups], dim=1)  # [B, M]
+            anc = ancestors.gather(1, nodes[..., None].expand(-1, -1, N))  # [B, M, N]
+            past = torch.cat(
+                [base[:, None, :].expand(-1, nodes.shape[1], -1), anc.gather(2, _rows(draft_nodes, nodes))],
+                dim=2,
+            )
+            eye = torch.eye(nodes.shape[1], dtype=torch.bool, device=dev).expand(B, -1, -1)
+            logits, worse = model_forward(
+                model,
+                cache,
+                tokens.gather(1, nodes),
+                eye,
+                past,
+                root_pos[:, None] + d,
+                nodes.shape[1],
+                torch.ones_like(nodes, dtype=torch.bool),
+            )
+            bad |= worse
+            draft_nodes = torch.cat([draft_nodes, nodes], dim=1)
+            node_logits[d], forwarded[d] = logits, nodes
+            forwards += 1
+        start = 0
+        for g in groups:
+            nodes = forwarded[d][:, start : start + g.size]
+            logits_g = node_logits[d][:, start : start + g.size]
+            tree = (plan, tokens, parent, ancestors, score)
+            expansions.append(
+                _expand(g, nodes, logits_g, tree, verifiers, temperature, generator, depth_limit)
+            )
+            start += g.size
+    forward = _forward_nodes(plan, score)
+    drafted = Drafted(plan, tokens, parent, ancestors, score, expansions, forward, draft_nodes, forwards)
+    return drafted, bad
+
+
+def _rows(draft_nodes: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+    """Index [B, M, Fd] gathering, for each of ``nodes``, the ancestor flags of the draft-forwarded nodes."""
+    return draft_nodes[:, None, :].expand(-1, nodes.shape[1], -1)
+
+
+def _expanded_nodes(g: Group, score: torch.Tensor, plan: Plan, d: int) -> torch.Tensor:
+    """The group's expanded nodes [B, M]: fixed, or the M most probable nodes of depth d."""
+    B = score.shape[0]
+    if g.nodes is not None:
+        return plan.constant(g.nodes, score.device).expand(B, -1)
+    level = np.flatnonzero(plan.depth == d)  # a contiguous block
+    lo, hi = int(level[0]), int(level[-1]) + 1
+    order = torch.sort(score[:, lo:hi], dim=1, descending=True, stable=True).indices  # ties: lower index
+    return lo + order[:, : g.size]
+
+
+def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) -> Expansion:
+    """Draw the k children of every node of group ``g`` and record them in the tree tensors."""
+    plan, tokens, parent, ancestors, score = tree
+    B, M = nodes.shape
+    children = plan.constant(g.children, nodes.device).expand(B, -1, -1)  # [B, M, k]
+    logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, M, V]
+    if temperature == 0:
+        q = None
+        drafts = torch.topk(logits, g.k, dim=-1).indices
+    else:
+        q = logp.exp()
+        drafts = verifiers[g.k].draft(q, generator)  # [B, M, k]
+    flat = children.reshape(B, -1)
+    tokens.scatter_(1, flat, drafts.reshape(B, -1))
+    parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, g.k).reshape(B, -1))
+    step = logp.gather(-1, drafts).reshape(B, -1)  # log q(child | node)
+    score.scatter_(1, flat, score.gather(1, nodes).repeat_interleave(g.k, dim=1) + step)
+    rows = ancestors.gather(
+        1, nodes.repeat_interleave(g.k, dim=1)[..., None].expand(-1, -1, ancestors.shape[2])
+    )
+    ancestors.scatter_(1, flat[..., None].expand(-1, -1, ancestors.shape[2]), rows)
+    _mark_self(ancestors, flat)
+    active = torch.ones(B, M, dtype=torch.bool, device=nodes.device)
+    if limit is not None:
+        active &= limit[:, None] > g.depth
+    return Expansion(g, nodes, children, q, active)
+
+
+def _mark_self(ancestors: torch.Tensor, nodes: torch.Tensor) -> None:
+    """Set ancestors[b, u, u] for every u in nodes [B, M] (each node is its own ancestor)."""
+    B, N = ancestors.shape[0], ancestors.shape[1]
+    flat = ancestors.view(B, N * N)
+    flat.scatter_(1, nodes * (N + 1), True)
+
+
+def _forward_nodes(plan: Plan, score: torch.Tensor) -> torch.Tensor:
+    """Nodes [B, F] of the target forward: all, or the root and the F − 1 most probable other nodes."""
+    B, N = score.shape
+    if plan.forward is None:
+        return torch.arange(N, device=score.device).expand(B, -1)
+    order = torch.sort(score[:, 1:], dim=1, descending=True, stable=True).indices[:, : plan.forward - 1] + 1
+    order = torch.sort(order, dim=1).values  # level order: ancestors first
+    return torch.cat([torch.zeros(B, 1, dtype=torch.long, device=score.device), order], dim=1)

@@ -1,0 +1,181 @@
+"""The target, verify and cache phases of a decoding step, all on the model's device.
+
+* :func:`target_tree` — one target forward over the pending tokens and the forwarded tree nodes (a node sees
+  the prefix and its forwarded ancestors; position = root position + depth).
+* :func:`verify_nodes` — every expanded node is verified at once (each with its own randomness), giving per
+  node the accepted child or the token to stop with; a forwarded leaf stops with a bonus token from p.
+  Verifying nodes the walk never reaches changes nothing: each node's outcome depends only on its own p, q,
+  drafts and uniforms. At T = 0 a child is accepted iff it is the target's argmax.
+* :func:`walk` — follow the accepted children from the root (a loop over the depth, no host round trip):
+  the accepted path, the final token (residual or bonus; none when the walk ends on a node the target did not
+  see), the tokens emitted, and what each model has to keep and to read next.
+
+The host reads one packed tensor per step (:meth:`Outcome.host`), the only synchronisation the loop needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mdsd.tree.cache import ModelCache
+from mdsd.tree.draft import Drafted, Pending, causal, model_forward
+
+__all__ = ["target_tree", "verify_nodes", "walk", "Outcome"]
+
+
+def target_tree(
+    model, cache: ModelCache, pending: Pending, drafted: Drafted
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits [B, F, V] at the forwarded nodes (root first) from one target forward, and the non-finite flag
+    [B] of :func:`~mdsd.tree.draft.model_forward`."""
+    B, P = pending.ids.shape
+    nodes = drafted.forward[:, 1:]  # [B, F - 1]
+    F1 = nodes.shape[1]
+    anc = drafted.ancestors.gather(1, nodes[..., None].expand(-1, -1, drafted.ancestors.shape[2]))
+    visible = torch.zeros(B, P + F1, P + F1, dtype=torch.bool, device=nodes.device)
+    visible[:, :P, :P] = causal(pending.real)
+    visible[:, P:, :P] = pending.real[:, None, :]  # every node sees the real pending tokens (the root last)
+    visible[:, P:, P:] = anc.gather(2, nodes[:, None, :].expand(-1, F1, -1))
+    live = cache.live()
+    root_pos = live + pending.real.sum(1) - 1
+    depth = drafted.plan.constant(drafted.plan.depth, nodes.device)[nodes]  # [B, F - 1]
+    positions = torch.cat(
+        [live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0), root_pos[:, None] + depth], 1
+    )
+    ids = torch.cat([pending.ids, drafted.tokens.gather(1, nodes)], dim=1)
+    block_valid = torch.cat([pending.real, torch.ones_like(nodes, dtype=torch.bool)], dim=1)
+    return model_forward(model, cache, ids, visible, cache.valid, positions, F1 + 1, block_valid)
+
+
+def verify_nodes(
+    drafted: Drafted, logits: torch.Tensor, verifiers: dict, temperature: float, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per node [B, N]: the accepted child (-1: none) and the token to stop with there (-1: none)."""
+    B, N = drafted.tokens.shape
+    forward, V = drafted.forward, logits.shape[-1]
+    F = forward.shape[1]
+    fpos = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
+    fpos.scatter_(1, forward, torch.arange(F, device=forward.device).expand(B, -1))
+    next_node = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
+    stop = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
+    if temperature == 0:
+        best = logits.argmax(-1)  # [B, F]
+        p = None
+    else:
+        p = torch.softmax(logits.float() / temperature, dim=-1)  # [B, F, V]
+        best = torch.multinomial(p.reshape(B * F, V), 1, generator=generator).reshape(B, F)  # bonus tokens
+    stop.scatter_(1, forward, best)
+    for e in drafted.expansions:
+        at = fpos.gather(1, e.node)  # [B, M]
+        ok = e.active & (at >= 0)
+        M, k = e.children.shape[1:]
+        drafts = drafted.tokens.gather(1, e.children.reshape(B, -1)).reshape(B, M, k)
+        if p is None:
+            tok = best.gather(1, at.clamp(min=0))
+            hit = drafts == tok[..., None]
+            idx = torch.where(hit.any(-1), hit.to(torch.uint8).argmax(-1), -1)
+        else:
+            pe = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, V))  # [B, M, V]
+            tok, idx = verifiers[k].verify(pe, e.q, drafts, generator)
+        child = e.children.gather(2, idx.clamp(min=0)[..., None])[..., 0]
+        next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
+        here = stop.gather(1, e.node)
+        stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
+    return next_node, stop
+
+
+@dataclass
+class Outcome:
+    """What one step decided, on the device; :meth:`host` brings the per-row summary over in one transfer."""
+
+    path: torch.Tensor  # [B, D] accepted nodes below the root (-1 after the end)
+    emitted: torch.Tensor  # [B, D + 1] tokens emitted this step (-1 after the end)
+    count: torch.Tensor  # [B] tokens emitted
+    accepted: torch.Tensor  # [B] drafted nodes accepted
+    target_keep: torch.Tensor  # [B, W_t] block slots the target cache keeps (compacted to the front)
+    target_kept: torch.Tensor  # [B]
+    draft_keep: torch.Tensor  # [B, W_d]
+    draft_kept: torch.Tensor  # [B]
+    target_next: Pending  # [B, 1] the token the target reads next
+    draft_next: Pending  # [B, 2] (left-padded) the tokens the draft reads next
+
+    def host(self, bad: torch.Tensor) -> list[list[int]]:
+        """Per row: [count, accepted, target_kept, draft_kept, bad, *emitted] as Python ints (one sync)."""
+        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, bad.long()]
+        return torch.cat([torch.stack(columns, 1), self.emitted], dim=1).tolist()
+
+
+def walk(
+    drafted: Drafted,
+    next_node: torch.Tensor,
+    stop: torch.Tensor,
+    target_pending: Pending,
+    draft_pending: Pending,
+) -> Outcome:
+    """Follow accepted children from the root; what is emitted, kept and read next (all on the device)."""
+    B, N = drafted.tokens.shape
+    D, dev = drafted.plan.max_depth, drafted.tokens.device
+    cur = torch.zeros(B, dtype=torch.long, device=dev)
+    path = torch.full((B, D), -1, dtype=torch.long, device=dev)
+    for i in range(D):
+        nxt = next_node.gather(1, cur[:, None])[:, 0]
+        path[:, i] = nxt
+        cur = torch.where(nxt >= 0, nxt, cur)
+    on = path >= 0
+    accepted = on.sum(1)
+    final = stop.gather(1, cur[:, None])[:, 0]  # -1: the walk ended on a node the target did not see
+    emitted = torch.full((B, D + 1), -1, dtype=torch.long, device=dev)
+    emitted[:, :D] = torch.where(on, drafted.tokens.gather(1, path.clamp(min=0)), -1)
+    emitted.scatter_(1, accepted[:, None], final[:, None])
+    has_final = final >= 0
+    last = drafted.tokens.gather(1, cur[:, None])[:, 0]
+    # target: keep the real pending tokens and the accepted nodes it saw; read the final token next
+    P = target_pending.ids.shape[1]
+    F = drafted.forward.shape[1]
+    fpos = torch.full((B, N), -1, dtype=torch.long, device=dev)
+    fpos.scatter_(1, drafted.forward, torch.arange(F, device=dev).expand(B, -1))
+    seen = on & (fpos.gather(1, path.clamp(min=0)) > 0)
+    slots = torch.cat(
+        [torch.arange(P, device=dev).expand(B, -1), P - 1 + fpos.gather(1, path.clamp(min=0))], 1
+    )
+    slots = slots.clamp(min=0)  # slots of dropped entries are never read, but must index the cache
+    target_keep, target_kept = _compact(slots, torch.cat([target_pending.real, seen], 1))
+    target_next = Pending(
+        torch.where(has_final, final, last)[:, None], torch.ones(B, 1, dtype=torch.bool, device=dev)
+    )
+    # draft: keep the real pending tokens and the accepted nodes it forwarded, except a last node the target
+    # did not see (the step ends there; it is read again as the next root)
+    Pd = draft_pending.ids.shape[1]
+    Fd = drafted.draft_nodes.shape[1]
+    dpos = torch.full((B, N), -1, dtype=torch.long, device=dev)
+    dpos.scatter_(1, drafted.draft_nodes, torch.arange(Fd, device=dev).expand(B, -1))
+    in_draft = on & (dpos.gather(1, path.clamp(min=0)) >= 0)
+    is_last = path == cur[:, None]
+    in_draft &= ~(is_last & ~has_final[:, None])
+    slots = torch.cat([torch.arange(Pd, device=dev).expand(B, -1), Pd + dpos.gather(1, path.clamp(min=0))], 1)
+    slots = slots.clamp(min=0)
+    draft_keep, draft_kept = _compact(slots, torch.cat([draft_pending.real, in_draft], 1))
+    last_missing = (accepted > 0) & ~(in_draft & is_last).any(1)  # the last node is not in the draft cache
+    ids = torch.stack([last, torch.where(has_final, final, last)], 1)
+    real = torch.stack([last_missing & has_final, torch.ones_like(has_final)], 1)
+    draft_next = Pending(torch.where(real, ids, 0), real)
+    return Outcome(
+        path,
+        emitted,
+        accepted + has_final.long(),
+        accepted,
+        target_keep,
+        target_kept,
+        draft_keep,
+        draft_kept,
+        target_next,
+        draft_next,
+    )
+
+
+def _compact(slots: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move the kept ``slots`` [B, S] of each row to the front (in order); return them and their count [B]."""
+    order = torch.sort((~keep).to(torch.uint8), dim=1, stable=True).indices
+    return slots.gather(1, order), keep.sum(1)
