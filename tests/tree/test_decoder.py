@@ -5,9 +5,16 @@ import pytest
 import torch
 from tiny_lms import perturbed, tiny_lm
 
-from mdsd import Tree, TreeDecodeOutput, TreeDecoder
+from mdsd import DynamicTree, Tree, TreeDecodeOutput, TreeDecoder
 
-TREES = [Tree.chain(0), Tree.chain(4), Tree.kary([2, 2, 2]), Tree.kary([3, 1]), Tree((0, 0, 1, 1, 3, 2, 5))]
+TREES = [
+    Tree.chain(0),
+    Tree.chain(4),
+    Tree.kary([2, 2, 2]),
+    Tree.kary([3, 1]),
+    Tree((0, 0, 1, 1, 3, 2, 5)),
+    DynamicTree(depth=3, k=3, expand=2, budget=6),
+]
 
 
 def _reference(target, x, n):
@@ -17,7 +24,7 @@ def _reference(target, x, n):
     return out[0, x.shape[1] :]
 
 
-@pytest.mark.parametrize("tree", TREES, ids=lambda t: str(t.parents))
+@pytest.mark.parametrize("tree", TREES, ids=str)
 @pytest.mark.parametrize("family, attn", [("qwen2", "sdpa"), ("llama", "eager")])
 def test_greedy_equals_target_generate(tree, family, attn):
     target = tiny_lm(5, vocab=32, family=family, attn=attn)
@@ -29,20 +36,48 @@ def test_greedy_equals_target_generate(tree, family, attn):
             out = dec.generate(x, 24)
             assert out.tokens.tolist() == ref.tolist()
             assert sum(out.tokens_per_step) >= 24 and out.steps == len(out.tokens_per_step)
-            assert np.array_equal(np.subtract(out.tokens_per_step, out.accepted_per_step), np.ones(out.steps))
+            bonus = np.subtract(out.tokens_per_step, out.accepted_per_step)
+            # one residual or bonus token per step; none when a step ends on a node the target did not see
+            assert set(bonus) <= ({0, 1} if isinstance(tree, DynamicTree) else {1})
 
 
-def test_greedy_with_a_close_draft_accepts_long_paths_and_batches_agree():
+@pytest.mark.parametrize(
+    "tree", [Tree.kary([2, 2, 2]), DynamicTree(depth=3, k=2, expand=2, budget=4)], ids=str
+)
+def test_greedy_batches_of_ragged_prompts_equal_each_prompt_alone(tree):
     target = tiny_lm(5, vocab=32)
-    dec = TreeDecoder(target, perturbed(target, 0.05, seed=6), Tree.kary([2, 2, 2]), temperature=0)
-    prompts = torch.tensor([[4, 9, 1], [3, 3, 3], [0, 31, 8]])
+    dec = TreeDecoder(target, perturbed(target, 0.05, seed=6), tree, temperature=0)
+    prompts = [[4, 9, 1], [3], [0, 31, 8, 8, 2, 17, 5], [12, 12]]
     outs = dec.generate_batch(prompts, 25)
     for row, out in zip(prompts, outs, strict=True):
-        ref = _reference(target, row[None], 25)
+        ref = _reference(target, torch.tensor([row]), 25)
         assert out.tokens.tolist() == ref.tolist()
-        assert out.tokens.tolist() == dec.generate(row[None], 25).tokens.tolist()
+        assert out.tokens.tolist() == dec.generate(torch.tensor([row]), 25).tokens.tolist()
     assert max(max(o.accepted_per_step) for o in outs) == 3  # whole paths accepted: leaves enter the caches
     assert np.mean([o.mean_tokens_per_step for o in outs]) > 2
+
+
+def test_one_row_stops_at_eos_while_the_others_go_on():
+    target = tiny_lm(5, vocab=32)
+    draft = perturbed(target, 0.05, seed=6)
+    prompts = [[4, 9, 1], [3], [0, 31, 8, 8, 2]]
+    free = TreeDecoder(target, draft, Tree.kary([2, 2]), temperature=0).generate_batch(prompts, 20)
+    eos = free[1].tokens[3].item()  # the fourth token of the second row
+    dec = TreeDecoder(target, draft, Tree.kary([2, 2]), temperature=0, eos_token_id=eos)
+    outs = dec.generate_batch(prompts, 20)
+    for out, ref in zip(outs, free, strict=True):
+        tokens = ref.tokens.tolist()
+        cut = tokens.index(eos) + 1 if eos in tokens else len(tokens)
+        assert out.tokens.tolist() == tokens[:cut] and out.stopped_by_eos == (eos in tokens)
+    assert len(outs[1].tokens) <= 4 and any(len(o.tokens) == 20 for o in outs)
+
+
+def test_a_batch_of_one_is_generate(pair):
+    target, draft = pair
+    dec = TreeDecoder(target, draft, DynamicTree(depth=2, k=2, expand=1), verifier="rrsw", temperature=0.8)
+    one = dec.generate(torch.tensor([[1, 2, 3]]), 15, torch.Generator().manual_seed(4))
+    batch = dec.generate_batch([[1, 2, 3]], 15, torch.Generator().manual_seed(4))[0]
+    assert one.tokens.tolist() == batch.tokens.tolist() and one.tokens_per_step == batch.tokens_per_step
 
 
 def test_output_fields_and_timings(pair):
