@@ -21,6 +21,7 @@ cache, advances by its own accepted count, and leaves the batch when it is done.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.draft import Pending, draft_tree
 from mdsd.tree.plan import DynamicTree, Plan, static_plan
@@ -57,6 +59,8 @@ class TreeDecodeOutput:
         batch efficiency is ``sum(tokens_per_step) / steps``.
     accepted_per_step : list of int
         Draft tokens accepted at each step.
+    depth_per_step : list of int
+        Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
         Draft-model forward passes run while this prompt was decoded.
     timings : dict of str to float
@@ -71,6 +75,7 @@ class TreeDecodeOutput:
     steps: int
     tokens_per_step: list[int]
     accepted_per_step: list[int]
+    depth_per_step: list[int]
     draft_forwards: int
     timings: dict[str, float]
     stopped_by_eos: bool = False
@@ -86,6 +91,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     tokens_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
+    depth_per_step: list[int] = field(default_factory=list)
     draft_forwards: int = 0
     eos: bool = False
 
@@ -109,6 +115,9 @@ class TreeDecoder:
         Sampling temperature T >= 0 for both models; 0 is greedy decoding (no verifier is used).
     eos_token_id : int, list of int or None
         Tokens that end generation; by default the target's ``generation_config.eos_token_id``.
+    depth : DepthPolicy or None
+        Adaptive draft depth (:mod:`mdsd.tree.adaptive`): before every step each row drafts ``tree``
+        truncated at the depth the policy chooses from its earlier steps. None: always the whole tree.
     profile : bool or None
         Time each phase. None: on the CPU only (on an accelerator that costs a device synchronisation per
         phase).
@@ -129,14 +138,16 @@ class TreeDecoder:
         verifier: str = "spechub",
         temperature: float = 1.0,
         eos_token_id: int | list[int] | None = None,
+        depth: DepthPolicy | None = None,
         profile: bool | None = None,
     ) -> None:
-        if isinstance(tree, Tree):
-            self.plan = static_plan(tree)
-        elif isinstance(tree, DynamicTree):
-            self.plan = tree.plan()
-        else:
+        if not isinstance(tree, (Tree, DynamicTree)):
             raise TypeError(f"tree must be an mdsd.Tree or mdsd.DynamicTree, got {type(tree).__name__}")
+        if depth is not None and not isinstance(depth, DepthPolicy):
+            raise TypeError(f"depth must be a DepthPolicy (mdsd.tree.adaptive), got {type(depth).__name__}")
+        self.depth_policy = depth
+        self._plans: dict[int, Plan] = {}
+        self.plan = self._plan(tree.max_depth if isinstance(tree, Tree) else tree.depth, tree)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
             raise TypeError(f"temperature must be a number, got {temperature!r}")
         if not math.isfinite(temperature) or temperature < 0:
@@ -190,11 +201,20 @@ class TreeDecoder:
         t_cache, d_cache = ModelCache(B, dev), ModelCache(B, dev)
         t_pending = d_pending = Pending.from_rows(rows_in, dev)
         active = np.arange(B)  # original row of each batch row
+        policy, full = self.depth_policy, self.plan.max_depth
+        depths = policy.start(B, full) if policy is not None else None
         while active.size:
             clock = _Clock(dev, timings, profile)
+            plan, limit = self.plan, None
+            if depths is not None:
+                plan = self._plan(int(depths.max()))
+                if (
+                    depths.min() < depths.max()
+                ):  # rows differ: expansions below a row's depth are switched off
+                    limit = torch.as_tensor(depths, device=dev)
             d_start = d_cache.length
             drafted, bad = draft_tree(
-                self.draft, d_cache, d_pending, self.plan, self.verifiers, self.temperature, generator
+                self.draft, d_cache, d_pending, plan, self.verifiers, self.temperature, generator, limit
             )
             clock.lap("draft")
             t_start = t_cache.length
@@ -205,7 +225,10 @@ class TreeDecoder:
             out = walk(drafted, next_node, stop, t_pending, d_pending)
             summary = out.host(bad)  # the step's one synchronisation
             clock.lap("verify")
-            done = self._record(summary, rows, active, drafted.forwards, max_new_tokens)
+            row_depths = depths if depths is not None else np.full(active.size, plan.max_depth)
+            done = self._record(summary, rows, active, row_depths, drafted.forwards, max_new_tokens)
+            if depths is not None:
+                depths = policy.update(depths, np.array([s[1] for s in summary]), full)
             t_cache.keep_block(t_start, out.target_keep[:, : max(s[2] for s in summary)], out.target_kept)
             d_cache.keep_block(d_start, out.draft_keep[:, : max(s[3] for s in summary)], out.draft_kept)
             t_pending, d_pending = out.target_next, out.draft_next
@@ -216,6 +239,9 @@ class TreeDecoder:
                 t_pending = Pending(t_pending.ids[keep], t_pending.real[keep])
                 d_pending = Pending(d_pending.ids[keep], d_pending.real[keep])
                 active = active[~done]
+                if depths is not None:
+                    depths = depths[~done]
+                    policy.keep(np.flatnonzero(~done))
             clock.lap("cache")
         timings["total"] = time.perf_counter() - start
         return [
@@ -224,6 +250,7 @@ class TreeDecoder:
                 steps=len(row.tokens_per_step),
                 tokens_per_step=row.tokens_per_step,
                 accepted_per_step=row.accepted_per_step,
+                depth_per_step=row.depth_per_step,
                 draft_forwards=row.draft_forwards,
                 timings=dict(timings),
                 stopped_by_eos=row.eos,
@@ -231,9 +258,19 @@ class TreeDecoder:
             for row in rows
         ]
 
+    def _plan(self, depth: int, tree: Tree | DynamicTree | None = None) -> Plan:
+        """The plan of the tree truncated at ``depth`` (made once per depth)."""
+        if depth not in self._plans:
+            tree = tree or self.tree
+            if isinstance(tree, Tree):
+                self._plans[depth] = static_plan(tree.truncate(depth))
+            else:
+                self._plans[depth] = dataclasses.replace(tree, depth=depth).plan()
+        return self._plans[depth]
+
     # ---- host bookkeeping --------------------------------------------------------------------
 
-    def _record(self, summary, rows, active, forwards, max_new_tokens) -> np.ndarray:
+    def _record(self, summary, rows, active, depths, forwards, max_new_tokens) -> np.ndarray:
         """Append each row's emitted tokens (cut at EOS or the budget); return which rows are done [B]."""
         done = np.zeros(len(summary), dtype=bool)
         for b, (count, accepted, _, _, bad, *emitted) in enumerate(summary):
@@ -243,6 +280,7 @@ class TreeDecoder:
             row = rows[active[b]]
             row.tokens_per_step.append(count)
             row.accepted_per_step.append(accepted)
+            row.depth_per_step.append(int(depths[b]))
             row.draft_forwards += forwards
             for tok in emitted[:count]:
                 row.tokens.append(tok)

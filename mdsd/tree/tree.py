@@ -95,6 +95,15 @@ class Tree:
             raise ValueError('tree JSON must be an object {"parents": [parent of node 1, ...]}')
         return cls(tuple(data["parents"]))
 
+    def truncate(self, depth: int) -> Tree:
+        """The tree of the nodes at depth <= ``depth`` (the first levels).
+
+        >>> Tree.kary([2, 2]).truncate(1).parents
+        (0, 0)
+        """
+        _check_positive_int(depth, "depth", minimum=0)
+        return Tree(self.parents[: int(np.count_nonzero(self.depth[1:] <= depth))])
+
     def to_json(self) -> str:
         """``{"parents": [...]}``, plus the per-node branching for readers' convenience."""
         return json.dumps({"parents": list(self.parents), "branching": self.branching.tolist()})

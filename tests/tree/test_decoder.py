@@ -1,11 +1,14 @@
 """TreeDecoder: greedy equals the target's greedy generate, output bookkeeping, EOS, bad input."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 from tiny_lms import perturbed, tiny_lm
 
 from mdsd import DynamicTree, Tree, TreeDecodeOutput, TreeDecoder
+from mdsd.tree.adaptive import ExpectedRate, GrowShrink
 
 TREES = [
     Tree.chain(0),
@@ -165,3 +168,27 @@ def test_no_generator_leaves_the_global_rng_alone(pair):
     before = torch.get_rng_state()
     out = dec.generate(torch.tensor([[1, 2]]), 6)
     assert len(out.tokens) == 6 and torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [GrowShrink(initial=2), ExpectedRate(seconds=lambda depth: 1.0 + 0.2 * depth, prior=(3.0, 1.0))],
+    ids=["grow-shrink", "expected-rate"],
+)
+@pytest.mark.parametrize(
+    "tree", [Tree.chain(8), Tree.kary([2, 2, 1, 1]), DynamicTree(5, 2, 2, budget=6)], ids=str
+)
+def test_adaptive_depth_keeps_greedy_exact_and_adapts(policy, tree):
+    target = tiny_lm(5, vocab=32)
+    dec = TreeDecoder(target, perturbed(target, 0.05, seed=6), tree, temperature=0, depth=policy)
+    prompts = [[4, 9, 1], [3], [0, 31, 8, 8, 2, 17, 5]]
+    outs = dec.generate_batch(prompts, 30)
+    for row, out in zip(prompts, outs, strict=True):
+        assert out.tokens.tolist() == _reference(target, torch.tensor([row]), 30).tolist()
+    for out in outs:  # replay the policy on each row's own record
+        fresh = copy.deepcopy(policy)
+        depth = fresh.start(1, dec.plan.max_depth)
+        for drafted, accepted in zip(out.depth_per_step, out.accepted_per_step, strict=True):
+            assert drafted == depth[0] and accepted <= drafted
+            depth = fresh.update(depth, np.array([accepted]), dec.plan.max_depth)
+    assert len({d for o in outs for d in o.depth_per_step}) > 1

@@ -17,6 +17,7 @@ from scipy.stats import chisquare
 from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
+from mdsd.tree.adaptive import DepthPolicy
 
 ALPHA = 1e-3
 DECODES = 10_000  # per prompt
@@ -79,6 +80,24 @@ def test_dynamic_trees_follow_the_target_law(pair, name):
     dec = TreeDecoder(target, draft, tree, verifier=name, temperature=1.0)
     for p_value, accepted in _p_values(dec, target, 1.0, seed=23):
         assert accepted > 0.2
+        assert p_value > ALPHA
+
+
+class _ByRow(DepthPolicy):
+    """Depth 1 for even rows, 2 for odd rows, then each row's depth shifts by its parity every step."""
+
+    def start(self, rows, max_depth):
+        return 1 + np.arange(rows) % 2
+
+    def update(self, depth, accepted, max_depth):
+        return 1 + (depth + accepted) % max_depth
+
+
+@pytest.mark.parametrize("name", ["rrs", "spechub", "greedy"])
+def test_rows_with_different_depths_follow_the_target_law(pair, name):
+    target, draft = pair
+    dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=1.0, depth=_ByRow())
+    for p_value, _ in _p_values(dec, target, 1.0, seed=29):
         assert p_value > ALPHA
 
 

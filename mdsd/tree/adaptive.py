@@ -1,0 +1,111 @@
+"""Adaptive draft depth: each row chooses, before every step, how deep to draft its tree.
+
+A policy sees, per row, the depth it drafted and the drafts accepted at the last step, and returns the
+depth of the next step (1 ≤ depth ≤ the tree's depth); the decoder drafts the tree truncated at that depth.
+The choice uses only what earlier steps emitted, never the current step's drafts, so it cannot bias the
+output: every node's children are still drawn by its verifier's law (MATH.md §4).
+
+* :class:`GrowShrink` — Hugging Face's assisted-generation heuristic: grow by 2 after a step that accepted
+  every drafted level, else shrink by 1.
+* :class:`ExpectedRate` — maximise expected tokens per second: per row, the chance that a drafted level is
+  accepted given its parent was is estimated online (a Beta posterior per depth), the expected tokens of the
+  tree truncated at depth L follow (MATH.md §4, Sequoia's F with one acceptance per level), and the step time
+  comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.costs.step_seconds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DepthPolicy", "GrowShrink", "ExpectedRate"]
+
+
+class DepthPolicy:
+    """Chooses the next draft depth of every row from its last depth and accepted count."""
+
+    def start(self, rows: int, max_depth: int) -> np.ndarray:
+        """Depths [rows] of the first step."""
+        raise NotImplementedError
+
+    def update(self, depth: np.ndarray, accepted: np.ndarray, max_depth: int) -> np.ndarray:
+        """Depths of the next step, from this step's depths and accepted counts [rows]."""
+        raise NotImplementedError
+
+    def keep(self, rows: np.ndarray) -> None:  # noqa: B027 (a stateless policy keeps nothing)
+        """Rows ``rows`` (indices into the current batch) stay; the others left the batch."""
+
+
+@dataclass
+class GrowShrink(DepthPolicy):
+    """HF assisted generation's schedule: depth + grow after a fully accepted step, else depth − shrink.
+
+    >>> GrowShrink(initial=5).update(np.array([5, 5]), np.array([5, 2]), max_depth=20).tolist()
+    [7, 4]
+    """
+
+    initial: int = 5
+    grow: int = 2
+    shrink: int = 1
+
+    def start(self, rows, max_depth):
+        return np.full(rows, min(self.initial, max_depth), dtype=np.int64)
+
+    def update(self, depth, accepted, max_depth):
+        full = accepted >= depth
+        return np.clip(np.where(full, depth + self.grow, depth - self.shrink), 1, max_depth)
+
+
+@dataclass
+class ExpectedRate(DepthPolicy):
+    """The depth with the most expected tokens per second, from acceptance measured online per row.
+
+    With a_d the probability that depth d is accepted once depth d − 1 was (a Beta(prior) posterior from the
+    row's own steps), the tree truncated at depth L emits in expectation
+
+    .. math:: E[\\text{tokens} \\mid L] = 1 + \\sum_{d=1}^{L} \\prod_{j \\le d} a_j
+
+    (one acceptance per level, as for a chain or any tree summarised by its level acceptance), and the policy
+    picks argmax_L E[tokens | L] / seconds(L).
+
+    Parameters
+    ----------
+    seconds : callable
+        ``seconds(depth) -> float``: the predicted time of one step drafting that depth.
+    prior : (float, float)
+        Beta prior (accepted, rejected) of every level's acceptance.
+
+    >>> policy = ExpectedRate(seconds=lambda depth: 1.0 + 0.1 * depth, prior=(9.0, 1.0))
+    >>> int(policy.start(1, max_depth=12)[0])  # a_d = 0.9: deep trees pay off while drafting is cheap
+    10
+    """
+
+    seconds: Callable[[int], float]
+    prior: tuple[float, float] = (1.0, 1.0)
+
+    def __post_init__(self) -> None:
+        self._counts: np.ndarray | None = None  # [rows, max_depth, 2]: accepted / rejected at each level
+
+    def start(self, rows, max_depth):
+        self._counts = np.zeros((rows, max_depth, 2))
+        return self._choose(max_depth)
+
+    def update(self, depth, accepted, max_depth):
+        levels = np.arange(1, max_depth + 1)
+        tried = levels[None, :] <= np.minimum(accepted + 1, depth)[:, None]  # levels the step reached
+        won = levels[None, :] <= accepted[:, None]
+        self._counts[..., 0] += tried & won
+        self._counts[..., 1] += tried & ~won
+        return self._choose(max_depth)
+
+    def keep(self, rows):
+        self._counts = self._counts[rows]
+
+    def _choose(self, max_depth: int) -> np.ndarray:
+        a0, b0 = self.prior
+        rate = (self._counts[..., 0] + a0) / (self._counts.sum(-1) + a0 + b0)  # [rows, max_depth]
+        tokens = 1.0 + np.cumsum(np.cumprod(rate, axis=1), axis=1)  # E[tokens | L], L = 1..max_depth
+        cost = np.array([self.seconds(L) for L in range(1, max_depth + 1)])
+        return 1 + np.argmax(tokens / cost, axis=1)
