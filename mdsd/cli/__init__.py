@@ -2,7 +2,7 @@
 
 A subcommand module defines ``add_parser(subparsers)``, which registers its parser and sets
 ``func`` (called with the parsed arguments, returning an exit code). Errors that come from bad
-input (``ValueError``, ``TypeError``, ``OSError``) print one line and exit with status 2.
+input (``ValueError``, ``TypeError``, ``OSError``, a missing package) print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, OSError) as err:
+    except (ValueError, TypeError, OSError, ModuleNotFoundError) as err:
         print(f"mdsd {args.command}: error: {err}", file=sys.stderr)
         return 2
 

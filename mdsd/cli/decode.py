@@ -1,11 +1,16 @@
 """``mdsd decode``: token-tree speculative decoding of prompts with a local target/draft pair.
 
-mdsd decode --target PATH --draft PATH --tree binary:4 --verifier spechub --temperature 0.6 --prompt "..."
-mdsd decode --pair qwen2.5-coder --tree kary:3,2,1 --prompts-file prompts.txt --max-new-tokens 128
+    mdsd decode --target PATH --draft PATH --tree binary:4 --verifier spechub --temperature 0.6 --prompt "..."
+    mdsd decode --pair qwen2.5-coder --tree dynamic:6,2,3,16 --prompts-file prompts.txt --max-new-tokens 128
+    mdsd decode --pair qwen2.5-coder --tree chain:16 --adaptive grow --batch-file prompts.txt
 
-Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...`` (branching per
-depth), or a JSON file written by ``Tree.to_json`` (e.g. a Sequoia tree). Prints, per prompt, the
-generated text and the tokens produced at each step; a progress bar runs over the prompts.
+Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...`` (branching per depth),
+``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (grown each step from the draft's probabilities, see
+:class:`mdsd.DynamicTree`), or a JSON file written by ``Tree.to_json`` (e.g. a Sequoia tree). ``--adaptive
+grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule. Prompts from
+``--prompt``/``--prompts-file`` are decoded one at a time; ``--batch-file`` decodes all its lines together in
+one batch (one target forward per step for all of them). Prints each generated text, its tokens per step,
+and a summary: tokens per target forward, tokens per second and where the time went.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import torch
 
 
 def parse_tree(spec: str):
-    """A :class:`mdsd.Tree` from ``chain:N``, ``binary:D``, ``kary:b1,b2,...`` or a JSON file path.
+    """A :class:`mdsd.Tree` or :class:`mdsd.DynamicTree` from its command-line spelling.
 
     >>> parse_tree("binary:2").size, parse_tree("kary:3,1").size, parse_tree("chain:4").size
     (6, 6, 4)
+    >>> parse_tree("dynamic:4,2,3,10")
+    DynamicTree(depth=4, k=2, expand=3, budget=10)
     """
-    from mdsd import Tree
+    from mdsd import DynamicTree, Tree
 
     kind, _, arg = spec.partition(":")
     try:
@@ -33,41 +40,83 @@ def parse_tree(spec: str):
             return Tree.kary([2] * int(arg))
         if kind == "kary" and arg:
             return Tree.kary([int(b) for b in arg.split(",")])
-    except ValueError as err:
+        if kind == "dynamic" and arg:
+            numbers = [int(x) for x in arg.split(",")]
+            if len(numbers) not in (3, 4):
+                raise ValueError("dynamic takes DEPTH,K,EXPAND[,BUDGET]")
+            return DynamicTree(*numbers)
+    except (ValueError, TypeError) as err:
         raise ValueError(f"--tree {spec!r}: {err}") from None
     path = Path(spec)
     if path.suffix == ".json":
         return Tree.from_json(path.read_text())  # OSError if missing: reported by the dispatcher
-    raise ValueError(f"--tree must be chain:N, binary:D, kary:b1,b2,... or a tree .json file; got {spec!r}")
+    raise ValueError(
+        "--tree must be chain:N, binary:D, kary:b1,b2,..., dynamic:DEPTH,K,EXPAND[,BUDGET] or a tree .json "
+        f"file; got {spec!r}"
+    )
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("decode", help="speculative decoding with a token tree and a verifier")
+    parser = subparsers.add_parser(
+        "decode",
+        help="speculative decoding with a token tree and a verifier",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     models = parser.add_argument_group("models (give --target and --draft, or --pair)")
     models.add_argument("--target", help="local Hugging Face directory of the target model")
     models.add_argument("--draft", help="local Hugging Face directory of the draft model")
     models.add_argument("--pair", help="a known pair fetched with `mdsd models fetch` (e.g. qwen2.5-coder)")
+    parser.add_argument("--tree", default="binary:3", help="tree (see above) (default: %(default)s)")
+    parser.add_argument("--verifier", default="spechub", help="verifier name (default: %(default)s)")
     parser.add_argument(
-        "--tree", default="binary:3", help="chain:N, binary:D, kary:b1,b2,... or a .json file"
+        "--adaptive",
+        choices=("none", "grow"),
+        default="none",
+        help="adaptive draft depth (default: %(default)s)",
     )
-    parser.add_argument("--verifier", default="spechub", help="verifier name (see mdsd.VERIFIERS)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature; 0 = greedy (default: %(default)s)",
+    )
     prompts = parser.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
-    prompts.add_argument("--prompts-file", help="a text file with one prompt per line")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
-    parser.add_argument("--dtype", default="float32", help="model dtype (float32, bfloat16, float16)")
-    parser.add_argument("--device", default="cpu", help="torch device of both models")
+    prompts.add_argument("--prompts-file", help="a text file with one prompt per line, decoded one by one")
+    prompts.add_argument("--batch-file", help="a text file with one prompt per line, decoded as one batch")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens per prompt (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the sampling generator (default: %(default)s)"
+    )
+    parser.add_argument("--dtype", default="float32", help="model dtype (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="torch device of both models (default: %(default)s)")
     parser.set_defaults(func=run)
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    source = args.prompts_file or args.batch_file
+    if source is None:
+        return args.prompt
+    prompts = [line for line in Path(source).read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"{source} holds no prompt")
+    return prompts
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from mdsd import TreeDecoder
-    from mdsd.hf import load_pair, pair_paths
+    from mdsd import VERIFIERS, TreeDecoder
+    from mdsd.hf import load_pair, pair_paths, require_hf
+    from mdsd.tree.adaptive import GrowShrink
 
+    if args.verifier not in VERIFIERS:  # before any model is loaded
+        raise ValueError(f"--verifier must be one of {', '.join(VERIFIERS)}; got {args.verifier!r}")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
     if args.pair:
         if args.target or args.draft:
             raise ValueError("give either --pair or --target and --draft, not both")
@@ -77,29 +126,50 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise ValueError("give --target and --draft (local model directories), or --pair")
     tree = parse_tree(args.tree)
-    if args.prompts_file:
-        prompts = [line for line in Path(args.prompts_file).read_text().splitlines() if line.strip()]
-        if not prompts:
-            raise ValueError(f"--prompts-file {args.prompts_file} holds no prompt")
-    else:
-        prompts = args.prompt
+    prompts = _prompts(args)
+    require_hf("mdsd decode")
     target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
-    decoder = TreeDecoder(target, draft, tree, verifier=args.verifier, temperature=args.temperature)
+    depth = GrowShrink() if args.adaptive == "grow" else None
+    decoder = TreeDecoder(
+        target, draft, tree, verifier=args.verifier, temperature=args.temperature, depth=depth
+    )
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
-    steps = produced = 0
-    for i, prompt in enumerate(tqdm(prompts, desc="prompts", unit="prompt", file=sys.stderr)):
-        ids = torch.tensor([tokenizer.encode(prompt)], device=args.device)
-        if ids.shape[1] == 0:
+    encoded = []
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer.encode(prompt)
+        if not ids:
             raise ValueError(f"prompt {i} encodes to no tokens")
-        out = decoder.generate(ids, args.max_new_tokens, generator)
-        steps, produced = steps + out.steps, produced + sum(out.tokens_per_step)
-        tqdm.write(f"--- prompt {i}: {prompt}")
-        tqdm.write(tokenizer.decode(out.tokens.tolist()))
-        tqdm.write(
-            f"tokens per step: {out.tokens_per_step} (mean {out.mean_tokens_per_step:.2f}; "
-            f"{len(out.tokens)} tokens in {out.steps} steps"
-            + (", stopped at EOS)" if out.stopped_by_eos else ")")
+        encoded.append(ids)
+    if args.batch_file:
+        outs = decoder.generate_batch(encoded, args.max_new_tokens, generator)
+    else:
+        bar = tqdm(encoded, desc="prompts", unit="prompt", file=sys.stderr)
+        outs = [
+            decoder.generate(torch.tensor([ids], device=args.device), args.max_new_tokens, generator)
+            for ids in bar
+        ]
+    tokens = steps = 0
+    seconds = 0.0 if not args.batch_file else outs[0].timings["total"]
+    phases = {}
+    for i, (prompt, out) in enumerate(zip(prompts, outs, strict=True)):
+        tokens, steps = tokens + len(out.tokens), steps + out.steps
+        if not args.batch_file:
+            seconds += out.timings["total"]
+            for phase, t in out.timings.items():
+                phases[phase] = phases.get(phase, 0.0) + t
+        print(f"--- prompt {i}: {prompt}")
+        print(tokenizer.decode(out.tokens.tolist()))
+        print(
+            f"tokens per step: {out.tokens_per_step} ({len(out.tokens)} tokens in {out.steps} steps, "
+            f"{out.mean_tokens_per_step:.2f} per step" + (", stopped at EOS)" if out.stopped_by_eos else ")")
         )
-    rate = produced / steps
-    print(f"{len(prompts)} prompts: {rate:.3f} tokens per target forward ({args.verifier}, {args.tree})")
+    if args.batch_file:
+        phases = dict(outs[0].timings)
+        steps = max(out.steps for out in outs)  # one target forward per step serves the whole batch
+    where = ", ".join(f"{p} {t:.2f} s" for p, t in phases.items() if p != "total")
+    print(
+        f"{len(prompts)} prompt(s), {args.verifier}, {args.tree}: {tokens} tokens from {steps} target "
+        f"forwards = {tokens / steps:.3f} tokens per target forward; {tokens / seconds:.2f} tokens/s"
+        + (f" ({where})" if where else "")
+    )
     return 0

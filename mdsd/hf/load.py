@@ -16,6 +16,8 @@ from mdsd.hf.fetch import PAIRS, model_dir
 
 __all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths"]
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
@@ -44,7 +46,13 @@ def load_tokenizer(path: str | os.PathLike):
     """The tokenizer saved in a local model directory, offline."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(_directory(path, "path"), local_files_only=True)
+    folder = _directory(path, "path")
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{folder} holds a model but no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
+            "save one there with tokenizer.save_pretrained(...)"
+        )
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def pair_paths(name: str, cache: str | os.PathLike | None = None) -> tuple[Path, Path]:

