@@ -54,11 +54,11 @@ class TreeDecodeOutput:
     steps : int
         Target forward passes (decoding steps).
     tokens_per_step : list of int
-        Tokens each step produced (accepted drafts + 1, or + 0 when a step ends on a drafted node the target
-        did not see). The last step may have produced more than were kept (cut at ``max_new_tokens`` or EOS);
-        batch efficiency is ``sum(tokens_per_step) / steps``.
+        Tokens each step emitted (accepted drafts + 1, or + 0 when a step ends on a drafted node the target
+        did not see; the last step only up to ``max_new_tokens`` or EOS), so ``sum(tokens_per_step)`` is
+        ``len(tokens)`` and batch efficiency is ``len(tokens) / steps``.
     accepted_per_step : list of int
-        Draft tokens accepted at each step.
+        Drafted tokens each step's verification accepted (the last step may accept more than it emits).
     depth_per_step : list of int
         Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
@@ -82,7 +82,7 @@ class TreeDecodeOutput:
 
     @property
     def mean_tokens_per_step(self) -> float:
-        """Tokens produced per target forward, ``sum(tokens_per_step) / steps``."""
+        """Tokens emitted per target forward, ``len(tokens) / steps``."""
         return sum(self.tokens_per_step) / max(self.steps, 1)
 
 
@@ -278,16 +278,17 @@ class TreeDecoder:
                 who = "draft" if bad & 1 else "target"
                 raise ValueError(f"the {who} model returned NaN or infinite logits")
             row = rows[active[b]]
-            row.tokens_per_step.append(count)
-            row.accepted_per_step.append(accepted)
-            row.depth_per_step.append(int(depths[b]))
-            row.draft_forwards += forwards
+            before = len(row.tokens)
             for tok in emitted[:count]:
                 row.tokens.append(tok)
                 row.eos = tok in self.eos_token_ids
                 if row.eos or len(row.tokens) == max_new_tokens:
                     done[b] = True
                     break
+            row.tokens_per_step.append(len(row.tokens) - before)
+            row.accepted_per_step.append(accepted)
+            row.depth_per_step.append(int(depths[b]))
+            row.draft_forwards += forwards
         return done
 
     # ---- input checks --------------------------------------------------------------------------
