@@ -29,6 +29,13 @@ timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
     python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
         ternary3 ternary12 sequoia4 sequoia8 sequoia16 sequoia32 --verifiers rrs rrsw spechub kseq greedy
+
+Each (temperature, tree, verifier) configuration is one task of :func:`mdsd.sweep.run_tasks`, decoding
+every prompt: in this process by default, on Ray with --ray (this machine) or --ray ADDRESS (a cluster:
+`ray start --head` on one node, `ray start --address HEAD:6379` on the others, then --ray auto on the
+head; every node needs the models cached); pip install -e ".[ray]" first. A task takes --threads CPUs
+and, with --device cuda, one GPU. Finished configurations are kept in <output dir>/
+batch_efficiency.<hash>.tasks.jsonl until the run completes; --resume continues from them.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from tqdm import tqdm
 
 import mdsd
 import mdsd.data
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.sweep import per_process, run_tasks
 
 # SpecHub (Sun et al., EMNLP 2024), 31-node binary tree (30 drafted), T = 0.6: tokens per step.
 PAPER_BINARY30_T06 = {"rrs": 2.139, "rrsw": 2.315, "spechub": 2.403}
@@ -80,6 +88,13 @@ class Config:
     threads: int = field(default=2, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of every decode (one generator per prompt)"})
     output_dir: str = field(default="results/batch_efficiency", metadata={"help": "where results go"})
+    ray: str = field(
+        default="",
+        metadata={"help": "run on Ray: --ray (this machine) or --ray ADDRESS", "const": "local", "run": True},
+    )
+    resume: bool = field(
+        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
+    )
 
 
 def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> np.ndarray:
@@ -119,22 +134,22 @@ def make_tree(spec: str, acceptance: np.ndarray) -> mdsd.Tree:
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     from mdsd.data.prompts import prompts
-    from mdsd.hf.load import load_pair, pair_paths
-    from mdsd.hf.record import sample_continuation
+    from mdsd.hf.load import load_tokenizer, pair_paths
 
     torch.set_num_threads(config.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target_dir, draft_dir = (config.target, config.draft) if config.target else pair_paths("qwen2.5-coder")
-    target, draft, tokenizer = load_pair(target_dir, draft_dir, dtype=config.dtype, device=config.device)
+    tokenizer = load_tokenizer(target_dir)
     todo = [
         p
         for name in config.datasets
         for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
     ]
-    rows = []
+    # ---- the sweep: one task per (temperature, tree, verifier) configuration (mdsd.sweep) ----
+    tasks = []
     for t in config.temperatures:
         if config.autoregressive:
-            rows.append(_autoregressive(target, todo, t, config, tokenizer.eos_token_id, sample_continuation))
+            tasks.append({"temperature": t, "verifier": "autoregressive"})
         for name in config.verifiers:
             a = acceptance_vector(name, t, config.acceptance_positions, config.corpus, width=3)
             for spec in config.trees:
@@ -146,12 +161,41 @@ def main(argv: list[str] | None = None) -> None:
                     and spec.startswith("sequoia")
                 ):
                     continue
-                rows.append(_decode(target, draft, tree, spec, name, t, a, todo, config))
+                tasks.append({"temperature": t, "verifier": name, "tree": spec, "acceptance": a.tolist()})
     out = Path(config.output_dir)
-    write_results(out, "batch_efficiency", rows, config, config.seed, paper_binary30_t06=PAPER_BINARY30_T06)
-    _plot(rows, out / "batch_efficiency.png")
-    (out / "summary.md").write_text(_summary(rows, config))
+    with partial_results(out, "batch_efficiency", config, config.resume) as checkpoint:
+        rows = run_tasks(
+            run_configuration,
+            tasks,
+            shared={"todo": todo, "models": (str(target_dir), str(draft_dir)), "config": config},
+            ray=config.ray or None,
+            num_cpus=config.threads,
+            num_gpus=1 if config.device.startswith("cuda") else 0,
+            checkpoint=checkpoint,
+            desc="batch efficiency",
+        )
+        # ---- end of the sweep ----
+        write_results(
+            out, "batch_efficiency", rows, config, config.seed, paper_binary30_t06=PAPER_BINARY30_T06
+        )
+        _plot(rows, out / "batch_efficiency.png")
+        (out / "summary.md").write_text(_summary(rows, config))
     print((out / "summary.md").read_text())
+
+
+def run_configuration(task: dict, todo: list, models: tuple[str, str], config: Config) -> dict:
+    """A sweep task: one (temperature, tree, verifier) configuration decoded over every prompt."""
+    from mdsd.hf.load import load_pair
+    from mdsd.hf.record import sample_continuation
+
+    # loaded once per process: here, or in each Ray worker
+    target, draft, tokenizer = per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+    t = task["temperature"]
+    if task["verifier"] == "autoregressive":
+        return _autoregressive(target, todo, t, config, tokenizer.eos_token_id, sample_continuation)
+    a = np.array(task["acceptance"])
+    tree = make_tree(task["tree"], a)
+    return _decode(target, draft, tree, task["tree"], task["verifier"], t, a, todo, config)
 
 
 def _decode(target, draft, tree, spec, name, t, a, todo, config) -> dict:

@@ -15,6 +15,13 @@ panel per source and k) and optimal_gap_vs_k.png (the gap of each verifier to th
 
     python experiments/optimal_gap.py
     python experiments/optimal_gap.py --quick
+
+The work is one task per (source, n, k), each drawing its pairs from the seed of its (source, n), run
+by :func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
+machine) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start --address HEAD:6379`
+on the others, then --ray auto on the head); pip install -e ".[ray]" first. Finished tasks are kept in
+results/optimal_gap/optimal_gap.<hash>.tasks.jsonl until the run completes; after an interruption or a
+failed task, --resume continues from them. Either way the files are the same.
 """
 
 from __future__ import annotations
@@ -30,10 +37,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.sweep import run_tasks
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,13 @@ class Config:
     seed: int = field(default=0, metadata={"help": "seed of the pairs"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (10, 50), k in (2, 3), 2 pairs"})
     output_dir: str = field(default="results/optimal_gap", metadata={"help": "where results go"})
+    ray: str = field(
+        default="",
+        metadata={"help": "run on Ray: --ray (this machine) or --ray ADDRESS", "const": "local", "run": True},
+    )
+    resume: bool = field(
+        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
+    )
 
 
 def skip_reason(name: str, k: int, n: int, limit: int) -> str | None:
@@ -68,70 +82,92 @@ def skip_reason(name: str, k: int, n: int, limit: int) -> str | None:
     return None
 
 
+def tasks(config: Config) -> list[dict]:
+    """One task per (source, n, k), in the order of the rows."""
+    sources = [(f"toy T={config.temperature:g} s={config.similarity:g}", None)]
+    sources += [(f"dirichlet c={c:g}", c) for c in config.concentrations]
+    return [
+        {
+            "source": label,
+            "concentration": concentration,  # None: the toy pair
+            "temperature": config.temperature,
+            "similarity": config.similarity,
+            "n": n,
+            "k": k,
+            "pairs": config.pairs,
+            "verifiers": list(config.verifiers),
+            "enumeration_limit": config.enumeration_limit,
+            "seed": config.seed + 1000 * index + n,  # one seed per (source, n): every k sees the same pairs
+        }
+        for index, (label, concentration) in enumerate(sources)
+        for n in config.vocabularies
+        for k in config.ks
+    ]
+
+
+def run_task(task: dict) -> list[dict]:
+    """A sweep task: the rows of one (source, n, k), the two optima first, then each verifier."""
+    n, k = task["n"], task["k"]
+    generator = torch.Generator().manual_seed(task["seed"])
+    if task["concentration"] is None:
+        p, q = mdsd.toy_pair(n, task["temperature"], task["similarity"], generator, batch=task["pairs"])
+    else:
+        p, q = mdsd.dirichlet_pair(n, task["concentration"], generator, batch=task["pairs"])
+    p, q = p.numpy(), q.numpy()
+    base = {"source": task["source"], "n": n, "k": k, "pairs": task["pairs"]}
+    rows, optimum = [], {}
+    for law in (mdsd.IID(k), mdsd.WithoutReplacement(k)):
+        values = np.asarray(mdsd.optimal_acceptance(p, q, law), dtype=float)  # batched dual
+        optimum[law.name] = values
+        rows.append(
+            {
+                **base,
+                "method": f"OTM ({law.name})",
+                "law": law.name,
+                "mean": float(values.mean()),
+                "gap_to_own_optimum": 0.0,
+                "skipped": "",
+            }
+        )
+    for name in task["verifiers"]:
+        reason = skip_reason(name, k, n, task["enumeration_limit"])
+        row = {
+            **base,
+            "method": name,
+            "law": "",
+            "mean": float("nan"),
+            "gap_to_own_optimum": float("nan"),
+            "skipped": reason or "",
+        }
+        if reason is None:
+            v = mdsd.verifier(name, k)
+            values = np.array([v.acceptance(pi, qi) for pi, qi in zip(p, q, strict=True)])
+            own = optimum.get(v.law.name)
+            if own is None:
+                own = np.asarray(mdsd.optimal_acceptance(p, q, v.law), dtype=float)
+            row.update(
+                law=v.law.name,
+                mean=float(values.mean()),
+                gap_to_own_optimum=float((own - values).mean()),
+            )
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> Path:
     torch.set_num_threads(1)
     config = config_from_cli(Config, argv)
     if config.quick:
         config = replace(config, vocabularies=(10, 50), ks=(2, 3), pairs=2)
     out = Path(config.output_dir)
-    sources = [(f"toy T={config.temperature:g} s={config.similarity:g}", None)]
-    sources += [(f"dirichlet c={c:g}", c) for c in config.concentrations]
-
-    rows = []
-    total = len(sources) * len(config.vocabularies) * len(config.ks)
-    bar = tqdm(total=total, desc="optimal gap", unit="setting")
-    for index, (label, concentration) in enumerate(sources):
-        for n in config.vocabularies:
-            generator = torch.Generator().manual_seed(config.seed + 1000 * index + n)
-            if concentration is None:
-                p, q = mdsd.toy_pair(n, config.temperature, config.similarity, generator, batch=config.pairs)
-            else:
-                p, q = mdsd.dirichlet_pair(n, concentration, generator, batch=config.pairs)
-            p, q = p.numpy(), q.numpy()
-            for k in config.ks:
-                base = {"source": label, "n": n, "k": k, "pairs": config.pairs}
-                optimum = {}
-                for law in (mdsd.IID(k), mdsd.WithoutReplacement(k)):
-                    values = np.asarray(mdsd.optimal_acceptance(p, q, law), dtype=float)  # batched dual
-                    optimum[law.name] = values
-                    rows.append(
-                        {
-                            **base,
-                            "method": f"OTM ({law.name})",
-                            "law": law.name,
-                            "mean": float(values.mean()),
-                            "gap_to_own_optimum": 0.0,
-                            "skipped": "",
-                        }
-                    )
-                for name in config.verifiers:
-                    reason = skip_reason(name, k, n, config.enumeration_limit)
-                    row = {
-                        **base,
-                        "method": name,
-                        "law": "",
-                        "mean": float("nan"),
-                        "gap_to_own_optimum": float("nan"),
-                        "skipped": reason or "",
-                    }
-                    if reason is None:
-                        v = mdsd.verifier(name, k)
-                        values = np.array([v.acceptance(pi, qi) for pi, qi in zip(p, q, strict=True)])
-                        own = optimum.get(v.law.name)
-                        if own is None:
-                            own = np.asarray(mdsd.optimal_acceptance(p, q, v.law), dtype=float)
-                        row.update(
-                            law=v.law.name,
-                            mean=float(values.mean()),
-                            gap_to_own_optimum=float((own - values).mean()),
-                        )
-                    rows.append(row)
-                bar.update()
-    bar.close()
-
-    write_results(out, "optimal_gap", rows, config, seed=config.seed)
-    plot(rows, config, out)
-    (out / "optimal_gap.md").write_text(markdown(rows, config))
+    with partial_results(out, "optimal_gap", config, config.resume) as checkpoint:
+        parts = run_tasks(
+            run_task, tasks(config), ray=config.ray or None, checkpoint=checkpoint, desc="optimal gap"
+        )
+        rows = [row for part in parts for row in part]
+        write_results(out, "optimal_gap", rows, config, seed=config.seed)
+        plot(rows, config, out)
+        (out / "optimal_gap.md").write_text(markdown(rows, config))
     print((out / "optimal_gap.md").read_text())
     return out
 

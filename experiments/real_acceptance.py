@@ -16,15 +16,23 @@ Writes results/real_acceptance/: real_acceptance.json/.csv (means with 95% inter
 verifier's own law optimum), per_position.npz, real_acceptance.png and summary.md.
 
     python experiments/real_acceptance.py
-    python experiments/real_acceptance.py --record --workers 2 --output-dir results/real_acceptance_full_vocab
+    python experiments/real_acceptance.py --record --ray --output-dir results/real_acceptance_full_vocab
 
-The second (2 prompts per set, 16 new tokens: 82 positions per T, k = 1..8) took 11 minutes on 2 CPU cores.
+The second (2 prompts per set, 16 new tokens: 82 positions per T, k = 1..8) took 11 minutes on 2 CPU cores
+(with two worker processes, before the sweep runner).
+
+The pairs are recorded (or read) here; the work on them is one task per (T, k, law or verifier), run by
+:func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
+machine's cores) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start --address
+HEAD:6379` on the others, then --ray auto on the head); pip install -e ".[ray]" first. The pairs go to
+Ray's object store once. Finished tasks are kept in <output dir>/real_acceptance.<hash>.tasks.jsonl until
+the run completes; after an interruption or a failed task, --resume continues from them (with --record
+the pairs are recorded again first: the same ones, from the same seed). Either way the files are the same.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,12 +41,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from tqdm import tqdm
 
 import mdsd
 import mdsd.data
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.sweep import run_tasks
 
 # The law whose optimum each verifier is measured against (its own draft law). Top-k is optimal for
 # its deterministic law by construction (α = p(T), MATH.md §3), so it has no gap to report.
@@ -69,8 +77,14 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--record: continuation temperature"})
     threads: int = field(default=2, metadata={"help": "--record: torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "--record: continuation seed"})
-    workers: int = field(default=1, metadata={"help": "processes, one per temperature"})
     output_dir: str = field(default="results/real_acceptance", metadata={"help": "where results go"})
+    ray: str = field(
+        default="",
+        metadata={"help": "run on Ray: --ray (this machine) or --ray ADDRESS", "const": "local", "run": True},
+    )
+    resume: bool = field(
+        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
+    )
 
 
 def _law(name: str, k: int) -> mdsd.DraftLaw:
@@ -125,32 +139,47 @@ def _bundled_pairs(
     return out
 
 
-def _evaluate(
-    t: float, p_all: np.ndarray, q_all: np.ndarray, dataset: np.ndarray, keep: np.ndarray, config: Config
-) -> tuple[list[dict], dict[str, np.ndarray], dict[tuple, int]]:
-    """Rows (means per method and k), per-position values and skipped counts at one temperature."""
-    rows, per_position, skipped = [], {}, {}
-    n_rows = p_all.shape[0] if not config.max_positions else min(config.max_positions, p_all.shape[0])
-    p_all, q_all, dataset, keep = p_all[:n_rows], q_all[:n_rows], dataset[:n_rows], keep[:n_rows]
-    tail = np.minimum(p_all[:, -1], q_all[:, -1]) if not config.record else np.zeros(n_rows)
-    results: dict[tuple[str, str, int], np.ndarray] = {}
-    for k in config.ks:
-        laws = list(config.laws) + (["hub"] if k == 2 else [])
-        for law in laws:
-            law_obj = mdsd.Hub() if law == "hub" else _law(law, k)
-            # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
-            results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
-        for name in config.verifiers:
-            if (name == "single" and k != 1) or (name == "spechub" and k != 2):
-                continue
-            v = mdsd.verifier(name, k)
-            values = np.full(n_rows, np.nan)
-            for r in tqdm(range(n_rows), desc=f"T={t} k={k} {name}", leave=False):
-                try:
-                    values[r] = v.acceptance(p_all[r][keep[r]], q_all[r][keep[r]])
-                except ValueError:  # RRSw k >= 3: exact enumeration too large for this pair
-                    skipped[(t, name, k)] = skipped.get((t, name, k), 0) + 1
-            results[("verifier", name, k)] = values
+def tasks(config: Config, positions: dict[float, int]) -> list[dict]:
+    """One task per (T, k, law optimum or verifier), in the order of the rows; ``positions`` per T."""
+    out = []
+    for t in config.temperatures:
+        for k in config.ks:
+            base = {"temperature": t, "k": k, "positions": positions[t]}
+            laws = list(config.laws) + (["hub"] if k == 2 else [])
+            out += [{**base, "kind": "optimal", "name": law} for law in laws]
+            for name in config.verifiers:
+                if not ((name == "single" and k != 1) or (name == "spechub" and k != 2)):
+                    out.append({**base, "kind": "verifier", "name": name})
+    return out
+
+
+def run_task(task: dict, pairs: dict) -> dict:
+    """A sweep task: per-position values of one law's optimum or one verifier's exact acceptance.
+
+    ``pairs[T] = (p [N, V], q [N, V], dataset [N], keep [N, V])``. A verifier's value is NaN (and
+    counted in ``skipped``) where it is not computable exactly (RRSw, k >= 3: too many draft tuples).
+    """
+    p_all, q_all, _, keep = pairs[task["temperature"]]
+    n, k, name = task["positions"], task["k"], task["name"]
+    if task["kind"] == "optimal":
+        law = mdsd.Hub() if name == "hub" else _law(name, k)
+        # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
+        values = np.asarray(mdsd.optimal_acceptance(p_all[:n], q_all[:n], law), dtype=np.float64)
+        return {"values": values.tolist(), "skipped": 0}
+    v = mdsd.verifier(name, k)
+    values, skipped = [], 0
+    for r in range(n):
+        try:
+            values.append(float(v.acceptance(p_all[r][keep[r]], q_all[r][keep[r]])))
+        except ValueError:  # RRSw k >= 3: exact enumeration too large for this pair
+            values.append(float("nan"))
+            skipped += 1
+    return {"values": values, "skipped": skipped}
+
+
+def _rows(t: float, results: dict[tuple[str, str, int], np.ndarray], dataset: np.ndarray, tail: np.ndarray):
+    """Rows (means per method and k) at one temperature, from the per-position values of its tasks."""
+    rows = []
     for (kind, name, k), values in results.items():
         done = values[np.isfinite(values)]
         row = {"temperature": t, "k": k, "kind": kind, "name": name, "positions": int(done.size)}
@@ -169,8 +198,7 @@ def _evaluate(
                 row["gap_to_own_optimum"] = float((optimum[ok] - values[ok]).mean())
             row["mean_tail_bound"] = float(tail.mean())
         rows.append(row)
-        per_position[f"T{t}_{kind}_{name}_k{k}"] = values.astype(np.float32)
-    return rows, per_position, skipped
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,32 +212,40 @@ def main(argv: list[str] | None = None) -> None:
     else:
         sources = _bundled_pairs(config)
         source = "bundled corpus (top-256 union + one tail token per model)"
-    jobs = [(t, *arrays, config) for t, arrays in sources.items()]
-    if config.workers > 1:  # one process per temperature (fork: the arrays are inherited, not re-read)
-        with _pool(config.workers) as pool:
-            outputs = list(pool.map(_evaluate, *zip(*jobs, strict=True)))
-    else:
-        outputs = [_evaluate(*job) for job in jobs]
-    rows, per_position, skipped = [], {}, {}
-    for part_rows, part_positions, part_skipped in outputs:
-        rows += part_rows
-        per_position |= part_positions
-        skipped |= part_skipped
-    meta = {"source": source, "skipped": {f"T={t} {n} k={k}": c for (t, n, k), c in skipped.items()}}
-    write_results(out_dir, "real_acceptance", rows, config, config.seed, **meta)
-    np.savez_compressed(out_dir / "per_position.npz", **per_position)
-    _plot(rows, config, out_dir / "real_acceptance.png")
-    (out_dir / "summary.md").write_text(_summary(rows, config, source, skipped))
+    positions = {
+        t: len(p) if not config.max_positions else min(config.max_positions, len(p))
+        for t, (p, *_) in sources.items()
+    }
+    todo = tasks(config, positions)
+    with partial_results(out_dir, "real_acceptance", config, config.resume) as checkpoint:
+        done = run_tasks(
+            run_task,
+            todo,
+            shared={"pairs": sources},
+            ray=config.ray or None,
+            checkpoint=checkpoint,
+            desc="real acceptance",
+        )
+        rows, per_position, skipped = [], {}, {}
+        for t in config.temperatures:
+            results = {}
+            for task, result in zip(todo, done, strict=True):
+                if task["temperature"] == t:
+                    key = (task["kind"], task["name"], task["k"])
+                    results[key] = np.array(result["values"], dtype=np.float64)
+                    per_position[f"T{t}_{key[0]}_{key[1]}_k{key[2]}"] = results[key].astype(np.float32)
+                    if result["skipped"]:
+                        skipped[(t, task["name"], task["k"])] = result["skipped"]
+            p_all, q_all, dataset, _ = sources[t]
+            n = positions[t]
+            tail = np.zeros(n) if config.record else np.minimum(p_all[:n, -1], q_all[:n, -1])
+            rows += _rows(t, results, dataset[:n], tail)
+        meta = {"source": source, "skipped": {f"T={t} {v} k={k}": c for (t, v, k), c in skipped.items()}}
+        write_results(out_dir, "real_acceptance", rows, config, config.seed, **meta)
+        np.savez_compressed(out_dir / "per_position.npz", **per_position)
+        _plot(rows, config, out_dir / "real_acceptance.png")
+        (out_dir / "summary.md").write_text(_summary(rows, config, source, skipped))
     print((out_dir / "summary.md").read_text())
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """Forked worker processes that run torch on one thread each.
-
-    ``--record`` runs the models, and so torch's OpenMP pool, before the fork; in the child the first
-    kernel that enters a parallel region then waits forever. With one thread none does.
-    """
-    return ProcessPoolExecutor(max_workers=workers, initializer=torch.set_num_threads, initargs=(1,))
 
 
 def _plot(rows: list[dict], config: Config, path: Path) -> None:

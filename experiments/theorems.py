@@ -22,6 +22,13 @@ Writes results/theorems/: theorems.json/.csv (one row per claim and source), the
 
     python experiments/theorems.py            # 4,000 pairs in part A, 10,000 in part B
     python experiments/theorems.py --quick    # a handful of pairs, for a smoke test
+
+The work is one task per (part, source, n), each drawing its pairs from its own seed (derived from
+--seed), run by :func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray
+instance on this machine) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start
+--address HEAD:6379` on the others, then --ray auto on the head); pip install -e ".[ray]" first.
+Finished tasks are kept in results/theorems/theorems.<hash>.tasks.jsonl until the run completes; after
+an interruption or a failed task, --resume continues from them. Either way the files are the same.
 """
 
 from __future__ import annotations
@@ -38,10 +45,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.sweep import run_tasks
 
 TOL = 1e-8  # two exact computations "agree" when they differ by at most this
 
@@ -65,16 +72,37 @@ class Config:
         default=False, metadata={"help": "smoke test: 1 pair per n, one toy and one Dirichlet source"}
     )
     output_dir: str = field(default="results/theorems", metadata={"help": "where results go"})
+    ray: str = field(
+        default="",
+        metadata={"help": "run on Ray: --ray (this machine) or --ray ADDRESS", "const": "local", "run": True},
+    )
+    resume: bool = field(
+        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
+    )
 
 
-def sources(config: Config) -> list[tuple[str, object]]:
-    """(label, draw(n, count, generator) -> p, q as float64 numpy [count, n])."""
-    out = []
-    for t, s in itertools.product(config.temperatures, config.similarities):
-        out.append((f"toy T={t:g} s={s:g}", lambda n, m, g, t=t, s=s: mdsd.toy_pair(n, t, s, g, batch=m)))
-    for c in config.concentrations:
-        out.append((f"dirichlet c={c:g}", lambda n, m, g, c=c: mdsd.dirichlet_pair(n, c, g, batch=m)))
-    return out
+def sources(config: Config) -> list[tuple[str, list]]:
+    """(label, spec): spec is ["toy", T, s] or ["dirichlet", c], drawn by :func:`draw`."""
+    out = [
+        (f"toy T={t:g} s={s:g}", ["toy", t, s])
+        for t, s in itertools.product(config.temperatures, config.similarities)
+    ]
+    return out + [(f"dirichlet c={c:g}", ["dirichlet", c]) for c in config.concentrations]
+
+
+def draw(spec: list, n: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` pairs (p, q) of the source ``spec`` over n tokens, as float64 numpy [count, n]."""
+    generator = torch.Generator().manual_seed(seed)
+    if spec[0] == "toy":
+        p, q = mdsd.toy_pair(n, spec[1], spec[2], generator, batch=count)
+    else:
+        p, q = mdsd.dirichlet_pair(n, spec[1], generator, batch=count)
+    return p.numpy(), q.numpy()
+
+
+def task_seed(seed: int, part: str, source: int, n: int) -> int:
+    """The seed of one task's pairs: independent streams per (part, source, n), all from ``seed``."""
+    return int(np.random.SeedSequence([seed, ord(part), source, n]).generate_state(1)[0])
 
 
 # ---- exact output laws, from MATH.md §3 (independent of mdsd.verifiers) -----------------------------------
@@ -168,6 +196,13 @@ class Claim:
                 }
             )
 
+    def absorb(self, part: dict) -> None:
+        """Add the checks of one task (``vars`` of the task's own Claim, as it came back)."""
+        self.checked += part["checked"]
+        self.worst = max(self.worst, part["worst"])
+        self.errors += part["errors"]
+        self.failures += part["failures"]
+
     def error(self, source: str, p: np.ndarray, q: np.ndarray, detail: str) -> None:
         """A computation the claim needs raised: recorded as a counter-example of excess 0."""
         self.errors += 1
@@ -186,98 +221,125 @@ class Claim:
         }
 
 
-def part_a(config: Config, claims: dict, bar: tqdm) -> None:
-    generator = torch.Generator().manual_seed(config.seed)
-    for (label, draw), n in itertools.product(sources(config), config.small_n):
-        p_all, q_all = (x.numpy() for x in draw(n, config.pairs_a, generator))
-        for index, (p, q) in enumerate(zip(p_all, q_all, strict=True)):
-            methods = ("lp", "maxflow", "dual") + (
-                ("coupling",) if index % config.coupling_every == 0 else ()
+def part_a(task: dict, claims: dict) -> None:
+    """Claims 1-3 on the pairs of one (source, n)."""
+    label, n = task["source"], task["n"]
+    p_all, q_all = draw(task["spec"], n, task["pairs"], task["seed"])
+    for index, (p, q) in enumerate(zip(p_all, q_all, strict=True)):
+        methods = ("lp", "maxflow", "dual") + (("coupling",) if index % task["coupling_every"] == 0 else ())
+        laws = [mdsd.IID(2), mdsd.IID(3), mdsd.WithoutReplacement(2), mdsd.Greedy(2), mdsd.Hub()]
+        if n >= 3:
+            laws += [mdsd.WithoutReplacement(3), mdsd.Greedy(3)]
+        for law in laws:
+            values = {}
+            for m in methods:
+                try:  # a solver that fails is a finding to report, not a reason to stop
+                    values[m] = mdsd.optimal_acceptance(p, q, law, method=m)
+                except Exception as err:
+                    claims["lp_equals_otm"].error(label, p, q, f"{law!r} method {m!r}: {err!r}")
+            if values:
+                spread = max(values.values()) - min(values.values())
+                claims["lp_equals_otm"].check(spread <= TOL, spread, label, p, q, f"{law!r}: {values}")
+        hub_law, hub_accepted = spechub_law(p, q)
+        output = {"spechub": (hub_law, hub_accepted, mdsd.verifier("spechub", 2))}
+        for k, wr in itertools.product((2, 3), (False, True)):
+            if k < n or not wr:
+                name = ("rrsw" if wr else "rrs") + f" k={k}"
+                output[name] = (*rrs_law(p, q, k, wr), mdsd.verifier("rrsw" if wr else "rrs", k))
+        for name, (law, accepted, v) in output.items():
+            gap = float(np.abs(law - p).sum())
+            claims["lossless"].check(gap <= TOL, gap, label, p, q, f"{name}: |law - p|_1 = {gap:.3g}")
+            api = v.acceptance(p, q)
+            gap = abs(api - accepted)
+            claims["acceptance_matches_enumeration"].check(
+                gap <= TOL, gap, label, p, q, f"{name}: mdsd {api:.9f} vs enumerated {accepted:.9f}"
             )
-            laws = [mdsd.IID(2), mdsd.IID(3), mdsd.WithoutReplacement(2), mdsd.Greedy(2), mdsd.Hub()]
-            if n >= 3:
-                laws += [mdsd.WithoutReplacement(3), mdsd.Greedy(3)]
-            for law in laws:
-                values = {}
-                for m in methods:
-                    try:  # a solver that fails is a finding to report, not a reason to stop
-                        values[m] = mdsd.optimal_acceptance(p, q, law, method=m)
-                    except Exception as err:
-                        claims["lp_equals_otm"].error(label, p, q, f"{law!r} method {m!r}: {err!r}")
-                if values:
-                    spread = max(values.values()) - min(values.values())
-                    claims["lp_equals_otm"].check(spread <= TOL, spread, label, p, q, f"{law!r}: {values}")
-            hub_law, hub_accepted = spechub_law(p, q)
-            output = {"spechub": (hub_law, hub_accepted, mdsd.verifier("spechub", 2))}
-            for k, wr in itertools.product((2, 3), (False, True)):
-                if k < n or not wr:
-                    name = ("rrsw" if wr else "rrs") + f" k={k}"
-                    output[name] = (*rrs_law(p, q, k, wr), mdsd.verifier("rrsw" if wr else "rrs", k))
-            for name, (law, accepted, v) in output.items():
-                gap = float(np.abs(law - p).sum())
-                claims["lossless"].check(gap <= TOL, gap, label, p, q, f"{name}: |law - p|_1 = {gap:.3g}")
-                api = v.acceptance(p, q)
-                gap = abs(api - accepted)
-                claims["acceptance_matches_enumeration"].check(
-                    gap <= TOL, gap, label, p, q, f"{name}: mdsd {api:.9f} vs enumerated {accepted:.9f}"
-                )
-            a = int(mdsd.laws.ranked(q)[0])
-            gap = abs(hub_law[a] - p[a])
-            claims["hub_emitted_p_hub"].check(
-                gap <= TOL, gap, label, p, q, f"P(Y = hub) - p(hub) = {gap:.3g}"
-            )
-            others = np.arange(n) != a
-            closed = p[a] + np.sum(np.minimum(p, q / q[others].sum())[others])
-            api = mdsd.verifier("spechub", 2).acceptance(p, q)
-            best = mdsd.optimal_acceptance(p, q, mdsd.Hub())
-            values = {"enumerated": hub_accepted, "closed form": closed, "mdsd": api, "OTM(hub)": best}
-            spread = max(values.values()) - min(values.values())
-            claims["spechub_optimal_for_hub"].check(spread <= TOL, spread, label, p, q, str(values))
-            bar.update()
+        a = int(mdsd.laws.ranked(q)[0])
+        gap = abs(hub_law[a] - p[a])
+        claims["hub_emitted_p_hub"].check(gap <= TOL, gap, label, p, q, f"P(Y = hub) - p(hub) = {gap:.3g}")
+        others = np.arange(n) != a
+        closed = p[a] + np.sum(np.minimum(p, q / q[others].sum())[others])
+        api = mdsd.verifier("spechub", 2).acceptance(p, q)
+        best = mdsd.optimal_acceptance(p, q, mdsd.Hub())
+        values = {"enumerated": hub_accepted, "closed form": closed, "mdsd": api, "OTM(hub)": best}
+        spread = max(values.values()) - min(values.values())
+        claims["spechub_optimal_for_hub"].check(spread <= TOL, spread, label, p, q, str(values))
 
 
-def part_b(config: Config, claims: dict, bar: tqdm) -> list[dict]:
-    """Returns per-pair records for the 'when does SpecHub win' analysis."""
-    generator = torch.Generator().manual_seed(config.seed + 1)
+def part_b(task: dict, claims: dict) -> list[dict]:
+    """Claims 4-6 on the pairs of one (source, n); returns per-pair records for 'when does SpecHub win'."""
+    label, n = task["source"], task["n"]
+    p_all, q_all = draw(task["spec"], n, task["pairs"], task["seed"])
     records = []
-    for (label, draw), n in itertools.product(sources(config), config.large_n):
-        p_all, q_all = (x.numpy() for x in draw(n, config.pairs_b, generator))
-        for p, q in zip(p_all, q_all, strict=True):
-            acc = {name: mdsd.verifier(name, 2).acceptance(p, q) for name in ("spechub", "rrs", "rrsw")}
-            acc["otm_iid"] = mdsd.optimal_acceptance(p, q, mdsd.IID(2))
-            acc["otm_wr"] = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(2))
-            records.append(
-                {
-                    "source": label,
-                    "n": n,
-                    "q_max": float(q.max()),
-                    "tv": 0.5 * float(np.abs(p - q).sum()),
-                    **acc,
-                }
+    for p, q in zip(p_all, q_all, strict=True):
+        acc = {name: mdsd.verifier(name, 2).acceptance(p, q) for name in ("spechub", "rrs", "rrsw")}
+        acc["otm_iid"] = mdsd.optimal_acceptance(p, q, mdsd.IID(2))
+        acc["otm_wr"] = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(2))
+        records.append(
+            {
+                "source": label,
+                "n": n,
+                "q_max": float(q.max()),
+                "tv": 0.5 * float(np.abs(p - q).sum()),
+                **acc,
+            }
+        )
+        for k in (2, 3, 4):
+            iid = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
+            wr = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))
+            kseq = mdsd.verifier("kseq", k).acceptance(p, q)
+            bound = (1 - 1 / math.e) * iid
+            claims["kseq_bound"].check(
+                kseq >= bound - TOL,
+                max(0.0, bound - kseq),
+                label,
+                p,
+                q,
+                f"k={k}: K-SEQ {kseq:.6f} < (1-1/e) * {iid:.6f}",
             )
-            for k in (2, 3, 4):
-                iid = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
-                wr = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))
-                kseq = mdsd.verifier("kseq", k).acceptance(p, q)
-                bound = (1 - 1 / math.e) * iid
-                claims["kseq_bound"].check(
-                    kseq >= bound - TOL,
-                    max(0.0, bound - kseq),
-                    label,
-                    p,
-                    q,
-                    f"k={k}: K-SEQ {kseq:.6f} < (1-1/e) * {iid:.6f}",
-                )
-                claims["wr_beats_iid"].check(
-                    wr >= iid - TOL,
-                    max(0.0, iid - wr),
-                    label,
-                    p,
-                    q,
-                    f"k={k}: OTM(WR) {wr:.6f} < OTM(IID) {iid:.6f}",
-                )
-            bar.update()
+            claims["wr_beats_iid"].check(
+                wr >= iid - TOL,
+                max(0.0, iid - wr),
+                label,
+                p,
+                q,
+                f"k={k}: OTM(WR) {wr:.6f} < OTM(IID) {iid:.6f}",
+            )
     return records
+
+
+CLAIMS = (
+    "lp_equals_otm",
+    "lossless",
+    "acceptance_matches_enumeration",
+    "hub_emitted_p_hub",
+    "spechub_optimal_for_hub",
+    "kseq_bound",
+    "wr_beats_iid",
+)
+
+
+def tasks(config: Config) -> list[dict]:
+    """One task per (part, source, n), parts A then B, in the order the results are merged."""
+    out = []
+    for part, vocabularies, pairs in (
+        ("A", config.small_n, config.pairs_a),
+        ("B", config.large_n, config.pairs_b),
+    ):
+        for (index, (label, spec)), n in itertools.product(enumerate(sources(config)), vocabularies):
+            seed = task_seed(config.seed, part, index, n)
+            task = {"part": part, "source": label, "spec": spec, "n": n, "pairs": pairs, "seed": seed}
+            if part == "A":
+                task["coupling_every"] = config.coupling_every
+            out.append(task)
+    return out
+
+
+def run_task(task: dict) -> dict:
+    """A sweep task: its claims' checks (``vars`` of each Claim) and, in part B, per-pair records."""
+    claims = {name: Claim(name) for name in CLAIMS}
+    records = part_b(task, claims) if task["part"] == "B" else part_a(task, claims)
+    return {"claims": {name: vars(claim) for name, claim in claims.items()}, "records": records or []}
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -288,32 +350,23 @@ def main(argv: list[str] | None = None) -> Path:
             config, pairs_a=1, pairs_b=1, temperatures=(0.5,), similarities=(0.5,), concentrations=(0.5,)
         )
     out = Path(config.output_dir)
-    names = (
-        "lp_equals_otm",
-        "lossless",
-        "acceptance_matches_enumeration",
-        "hub_emitted_p_hub",
-        "spechub_optimal_for_hub",
-        "kseq_bound",
-        "wr_beats_iid",
-    )
-    claims = {name: Claim(name) for name in names}
-    count = len(sources(config)) * (
-        config.pairs_a * len(config.small_n) + config.pairs_b * len(config.large_n)
-    )
-    with tqdm(total=count, desc="theorems", unit="pair") as bar:
-        part_a(config, claims, bar)
-        records = part_b(config, claims, bar)
-
-    rows = [claims[name].row() for name in names]
-    wins = win_table(records, lambda r: r["source"])
-    by_hub = win_table(sorted(records, key=lambda r: r["q_max"]), hub_bin)
-    write_results(
-        out, "theorems", rows, config, seed=config.seed, spechub_wins=wins, spechub_wins_by_hub=by_hub
-    )
-    plot_wins(records, out / "theorems_spechub_vs_others.png")
-    (out / "theorems.md").write_text(markdown(rows, wins, by_hub, config))
-    print((out / "theorems.md").read_text())
+    claims, records = {name: Claim(name) for name in CLAIMS}, []
+    with partial_results(out, "theorems", config, config.resume) as checkpoint:
+        for result in run_tasks(
+            run_task, tasks(config), ray=config.ray or None, checkpoint=checkpoint, desc="theorems"
+        ):
+            for name, part in result["claims"].items():
+                claims[name].absorb(part)
+            records += result["records"]
+        rows = [claims[name].row() for name in CLAIMS]
+        wins = win_table(records, lambda r: r["source"])
+        by_hub = win_table(sorted(records, key=lambda r: r["q_max"]), hub_bin)
+        write_results(
+            out, "theorems", rows, config, seed=config.seed, spechub_wins=wins, spechub_wins_by_hub=by_hub
+        )
+        plot_wins(records, out / "theorems_spechub_vs_others.png")
+        (out / "theorems.md").write_text(markdown(rows, wins, by_hub, config))
+        print((out / "theorems.md").read_text())
     return out
 
 

@@ -3,20 +3,27 @@ and results written as JSON + CSV.
 
 An experiment declares its config as a dataclass whose fields carry defaults and a comment
 (``field(default=..., metadata={"help": "..."})``); :func:`config_from_cli` turns it into flags.
+A field with ``"const"`` in its metadata is a flag whose value may be left out (``--ray`` alone means
+``--ray <const>``). A field marked ``"run": True`` says how to run the experiment, not what it computes
+(``--ray``, ``--resume``): results record it under ``metadata["run"]``, apart from ``metadata["config"]``,
+so two runs of the same config compare equal however they ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import platform
 import subprocess
 import sys
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 _PACKAGES = ("mdsd", "numpy", "scipy", "torch", "networkx", "highspy", "cvxpy", "transformers")
@@ -38,6 +45,10 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
         origin = typing.get_origin(kind)
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
+        elif "const" in f.metadata:
+            parser.add_argument(
+                flag, type=kind, nargs="?", const=f.metadata["const"], default=default, help=helptext
+            )
         elif origin in (tuple, list):
             item = typing.get_args(kind)[0]
             parser.add_argument(flag, type=item, nargs="+", default=default, help=helptext)
@@ -80,11 +91,24 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def split_config(config: object) -> tuple[dict, dict]:
+    """``(what it computes, how it runs)``: the config's fields, and those marked ``"run"`` apart."""
+    if not dataclasses.is_dataclass(config):
+        return dict(config), {}
+    run = {f.name for f in dataclasses.fields(config) if f.metadata.get("run")}
+    values = dataclasses.asdict(config)
+    return {k: v for k, v in values.items() if k not in run}, {k: v for k, v in values.items() if k in run}
+
+
 def metadata(config: object, seed: int | None = None) -> dict:
-    """What a result file records beside its numbers: resolved config, seed, revision, versions."""
-    cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    """What a result file records beside its numbers: resolved config, seed, revision, versions.
+
+    ``run`` holds the fields that say how it ran (see the module docstring); ``created`` the time.
+    """
+    cfg, run = split_config(config)
     return {
         "config": cfg,
+        "run": run,
         "seed": seed,
         "git_revision": git_revision(),
         "versions": package_versions(),
@@ -108,3 +132,25 @@ def write_results(
         writer.writeheader()
         writer.writerows(rows)
     return json_path, csv_path
+
+
+@contextlib.contextmanager
+def partial_results(out_dir: str | Path, name: str, config: object, resume: bool) -> Iterator[Path]:
+    """The checkpoint file of an experiment's sweep (:func:`mdsd.sweep.run_tasks`), deleted once it completes.
+
+    ``out_dir/name.<config hash>.tasks.jsonl``: the hash covers the config fields that decide the numbers
+    (not the ``"run"`` ones), so only a run of the same config resumes from it. If the file is there
+    from an interrupted run, ``resume=True`` continues from it; without it the run stops before
+    computing anything, so that no finished task is thrown away unasked. The file is kept when the
+    block raises (a task failed, the run was interrupted) and deleted when it completes.
+    """
+    cfg, _ = split_config(config)
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    path = Path(out_dir) / f"{name}.{digest}.tasks.jsonl"
+    if path.exists() and not resume:
+        raise FileExistsError(
+            f"{path} holds the partial results of an interrupted run of this config: pass --resume to "
+            "continue from them, or delete the file to start afresh"
+        )
+    yield path
+    path.unlink(missing_ok=True)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import runpy
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -73,24 +71,6 @@ def test_real_acceptance_numbers_are_the_api_s(corpus, tmp_path):
             assert row["gap_to_own_optimum"] >= -1e-9
     assert (tmp_path / "summary.md").read_text().startswith("# Exact acceptance")
     assert np.load(tmp_path / "per_position.npz")["T0.6_verifier_rrs_k2"].shape == (12,)
-
-
-def test_real_acceptance_workers_survive_a_fork_after_torch_used_threads():
-    """--record runs the models before forking the workers: their parallel kernels must not deadlock."""
-    code = f"""
-import runpy, torch
-pool = runpy.run_path({str(EXPERIMENTS / "real_acceptance.py")!r})["_pool"]
-torch.set_num_threads(2)
-x = torch.rand(1 << 22, dtype=torch.float64)
-y = x * 2  # the parent's OpenMP pool is now live
-with pool(2) as workers:
-    assert all(torch.equal(r, y) for r in workers.map(torch.mul, [x, x], [2, 2]))
-"""
-    try:
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a forked worker deadlocked in a parallel torch kernel")
-    assert run.returncode == 0, run.stderr
 
 
 def test_batch_efficiency_runs_tree_decoding_end_to_end(tiny_pair, corpus, tmp_path, monkeypatch):
