@@ -90,7 +90,11 @@ class Config:
     output_dir: str = field(default="results/batch_efficiency", metadata={"help": "where results go"})
     ray: str = field(
         default="",
-        metadata={"help": "run on Ray: --ray (this machine) or --ray ADDRESS", "const": "local", "run": True},
+        metadata={
+            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
+            "const": "local",
+            "run": True,
+        },
     )
     resume: bool = field(
         default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}

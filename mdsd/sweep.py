@@ -17,9 +17,8 @@ it, so nothing finished is lost to a failure, an interruption or a lost cluster.
 
 Ray is an optional extra (``pip install -e ".[ray]"``), imported only when ``ray`` is given:
 
-- ``ray="local"`` (an experiment's ``--ray`` alone) calls ``ray.init()``, which joins the cluster named
-  by ``RAY_ADDRESS`` or the last one ``ray start`` made on this machine, else starts a Ray instance on
-  this machine's cores (stopped again when the sweep ends);
+- ``ray="local"`` (an experiment's ``--ray`` alone) starts a new Ray instance on this machine's cores,
+  stopped again when the sweep ends;
 - ``ray=ADDRESS`` (``--ray ADDRESS``) joins a running cluster: ``auto`` for the one this machine is a
   node of, ``HOST:6379`` for its head, ``ray://HOST:10001`` through Ray Client (needs ``ray[client]``);
 - if Ray is already initialised in this process (``ray.init(...)`` called before), that connection is
@@ -29,12 +28,14 @@ A cluster, for example two machines::
 
     ray start --head --port 6379                 # on the head node
     ray start --address HEAD:6379                # on every other node
-    python experiments/theorems.py --ray auto    # on the head (or --ray HEAD:6379 from a node)
+    python experiments/theorems.py --ray auto    # on a node (or --ray HEAD:6379 from elsewhere)
     ray stop                                     # on every node, when done
 
 Every node needs the same mdsd checkout installed (``pip install -e ".[ray]"``) and, for experiments that
 load models, the models in its cache (``mdsd models fetch``). Data a task shares with every other
-(``shared``) is put into Ray's object store once, not sent with each task.
+(``shared``) is put into Ray's object store once, not sent with each task. Recent Ray clusters use token
+authentication: with an explicit address, set ``RAY_AUTH_MODE=token`` and give the head's token
+(``~/.ray/auth_token`` on the head) as ``RAY_AUTH_TOKEN`` or in the same file.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ def run_tasks(
     tasks : plain descriptions, one per call; with ``checkpoint`` they must be JSON values too.
     shared : keyword arguments passed to every call (data common to all tasks); on Ray, put into the
         object store once.
-    ray : None to run the tasks one after the other in this process; ``"local"`` or a cluster
-        address to run them as Ray tasks (see the module docstring).
+    ray : None to run the tasks one after the other in this process; ``"local"`` (a new Ray instance
+        on this machine) or a cluster address (``"auto"``, ``"HOST:PORT"``) to run them as Ray tasks
+        (see the module docstring).
     num_cpus, num_gpus : what one task needs; torch runs on ``max(1, int(num_cpus))`` threads in it.
         On Ray, a task with ``num_gpus=1`` sees one GPU (``cuda`` is the one it was given).
     retries : how many times a failed task is run again before it is reported.
@@ -151,13 +153,15 @@ def run_tasks(
         for i, result in done.items():
             results[i] = result
         todo = [i for i in todo if i not in done]
-        checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        log = checkpoint.open("a")
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=desc, unit="task", disable=not progress)
 
     def finish(i: int, text: str) -> None:  # a task's JSON result arrived
+        nonlocal log
         results[i] = json.loads(text)
-        if log is not None:
+        if checkpoint is not None:
+            if log is None:  # opened at the first result: a run that computed nothing leaves no file
+                checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                log = checkpoint.open("a")
             log.write(f'{{"index": {i}, "task": {keys[i]}, "result": {text}}}\n')
             log.flush()
             os.fsync(log.fileno())
@@ -225,7 +229,7 @@ def _run_on_ray(fn, tasks, todo, shared, threads, retries, finish, address, num_
     ray = _import_ray()
     started = not ray.is_initialized()
     if started:
-        ray.init(address=None if address == "local" else address, log_to_driver=True)
+        ray.init(address=address)  # "local": a new instance on this machine
     try:
         have = ray.cluster_resources()
         if num_cpus > have.get("CPU", 0) or num_gpus > have.get("GPU", 0):

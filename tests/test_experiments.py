@@ -92,3 +92,45 @@ def test_theorems_enumerated_laws_are_p_and_the_check_catches_a_lossy_variant():
     theorems["spechub_law"].__globals__["_norm"] = lambda v: v  # the residual is no longer normalised
     for broken, _ in (theorems["spechub_law"](p, q), theorems["rrs_law"](p, q, 2, False)):
         assert np.abs(broken - p).sum() > 1e-3
+
+
+def test_a_flag_with_a_const_may_be_given_alone_and_run_fields_are_recorded_apart():
+    from dataclasses import dataclass, field
+
+    from mdsd.experiment import config_from_cli, metadata
+
+    @dataclass(frozen=True)
+    class Config:
+        n: int = field(default=3, metadata={"help": "size"})
+        ray: str = field(default="", metadata={"help": "where", "const": "local", "run": True})
+
+    assert config_from_cli(Config, []).ray == ""
+    assert config_from_cli(Config, ["--ray"]).ray == "local"
+    assert config_from_cli(Config, ["--ray", "10.0.0.1:6379", "--n", "4"]) == Config(4, "10.0.0.1:6379")
+    meta = metadata(Config(4, "auto"), seed=1)
+    assert meta["config"] == {"n": 4} and meta["run"] == {"ray": "auto"}
+
+
+def test_partial_results_is_kept_on_failure_refused_without_resume_and_deleted_on_success(tmp_path):
+    from dataclasses import dataclass, field
+
+    from mdsd.experiment import partial_results
+
+    @dataclass(frozen=True)
+    class Config:
+        n: int = 3
+        resume: bool = field(default=False, metadata={"run": True})
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with partial_results(tmp_path, "exp", Config(), resume=False) as path:
+            path.write_text("a finished task\n")
+            raise RuntimeError("interrupted")
+    assert path.read_text() == "a finished task\n" and path.name.startswith("exp.")
+    with pytest.raises(FileExistsError, match="--resume"):
+        with partial_results(tmp_path, "exp", Config(), resume=False):
+            pass
+    with partial_results(tmp_path, "exp", Config(resume=True), resume=True) as same:  # run fields: same file
+        assert same == path and same.exists()
+    assert not path.exists()
+    with partial_results(tmp_path, "exp", Config(n=4), resume=False) as other:  # another config: another file
+        assert other != path

@@ -222,6 +222,7 @@ def test_real_acceptance_resumed_after_a_failed_task_writes_the_files_of_a_plain
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
