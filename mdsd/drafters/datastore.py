@@ -123,7 +123,8 @@ class Datastore:
         **options,
     ) -> Datastore:
         """Index ``token_ids`` (ids >= 0; -1 separates documents), suffixes sorted on ``sort_depth``
-        tokens (so ``max_ngram`` < ``sort_depth``). ``options`` are the lookup options."""
+        tokens. ``options`` are the lookup options (``max_ngram`` < ``sort_depth``, by default
+        min(16, sort_depth - 1))."""
         tokens = np.asarray(token_ids)
         if tokens.ndim != 1 or tokens.size == 0 or (tokens.dtype.kind not in "iu"):
             raise ValueError(f"token_ids must be a non-empty 1-D sequence of ints, got {tokens!r:.80}")
@@ -132,6 +133,7 @@ class Datastore:
         if isinstance(sort_depth, bool) or not isinstance(sort_depth, int) or sort_depth < 2:
             raise ValueError(f"sort_depth must be an int >= 2, got {sort_depth!r}")
         tokens = tokens.astype(np.int32)
+        options.setdefault("max_ngram", min(16, sort_depth - 1))
         sa = suffix_array(tokens, sort_depth)
         sa = sa.astype(np.int32 if tokens.size < 2**31 else np.int64)
         return cls(tokens, sa, sort_depth, info=info, **options)
