@@ -73,14 +73,15 @@ def check_request(width: int, depth: int) -> None:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
 
 
-def _best(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    # The `count` most frequent values of `column` (PAD ignored), ties -> earliest first appearance.
-    valid = column[column != PAD]
-    if valid.size == 0:
-        return valid, valid
-    values, first, counts = np.unique(valid, return_index=True, return_counts=True)
-    order = np.lexsort((first, -counts))[:count]
-    return values[order], counts[order]
+def _best(rows: list[list[int]], d: int, count: int) -> list[tuple[int, int]]:
+    # The `count` most frequent tokens in column d (PAD ignored) with their counts; dicts keep first
+    # insertion order and sorted() is stable, so ties go to the earliest row.
+    counts: dict[int, int] = {}
+    for row in rows:
+        token = row[d]
+        if token != PAD:
+            counts[token] = counts.get(token, 0) + 1
+    return sorted(counts.items(), key=lambda item: -item[1])[:count]
 
 
 def rank_continuations(rows: np.ndarray, width: int) -> list[Continuation]:
@@ -101,16 +102,17 @@ def rank_continuations(rows: np.ndarray, width: int) -> list[Continuation]:
     >>> [(c.tokens, c.score) for c in rank_continuations(rows, width=3)]
     [((5, 3), 3.0), ((7, 2), 1.0)]
     """
-    firsts, counts = _best(rows[:, 0], width)
+    table = rows.tolist()  # plain lists: R and D are small, numpy per-call overhead is not
     out = []
-    for first, count in zip(firsts.tolist(), counts.tolist(), strict=True):
+    for first, count in _best(table, 0, width):
         chain = [first]
-        keep = rows[rows[:, 0] == first]  # [R', D]
+        keep = [row for row in table if row[0] == first]
         for d in range(1, rows.shape[1]):
-            best, _ = _best(keep[:, d], 1)
-            if best.size == 0:
+            best = _best(keep, d, 1)
+            if not best:
                 break
-            chain.append(int(best[0]))
-            keep = keep[keep[:, d] == best[0]]
+            token = best[0][0]
+            chain.append(token)
+            keep = [row for row in keep if row[d] == token]
         out.append(Continuation(tokens=tuple(chain), score=float(count)))
     return out

@@ -67,7 +67,8 @@ class Datastore:
     suffixes sampled evenly approximate the continuation law; REST keeps the first ones instead).
     Ranking is :func:`~mdsd.drafters.rank_continuations` with rows in lexicographic order: first
     tokens by count (``score``, out of min(R, S)), ties to the smaller id; below each the greedy most
-    frequent chain, ties to the smaller id. Lookup: O(log(m_max) · log n · m_max) token compares plus
+    frequent chain, ties to the smaller id. Lookup: O(log(m_max) · log R_1 · m_max) token compares
+    (binary searches over m, each inside the run of the pattern's first token, R_1 long) plus
     O(S · depth); the context beyond its last ``max_ngram`` tokens is never read.
 
     Build with :meth:`build` (ids) or :meth:`from_texts` (a tokenizer), keep with :meth:`save`,
@@ -109,7 +110,10 @@ class Datastore:
                 f"max_ngram must be < sort_depth={sort_depth} (the index orders {sort_depth} tokens), "
                 f"got {max_ngram}"
             )
-        self.tokens, self.sa, self.sort_depth = tokens, sa, sort_depth
+        # Base-class views: slicing a np.memmap costs microseconds of subclass bookkeeping per call.
+        self.tokens, self.sa, self.sort_depth = np.asarray(tokens), np.asarray(sa), sort_depth
+        # sa[starts[t + 1] : starts[t + 2]] holds the suffixes that begin with token t (-1 first).
+        self._starts = np.concatenate(([0], np.cumsum(np.bincount(self.tokens + 1))))
         self.max_ngram, self.min_ngram, self.max_samples = max_ngram, min_ngram, max_samples
         self.info = dict(info or {})
 
@@ -208,7 +212,12 @@ class Datastore:
         low, high = self.min_ngram, top
         while low <= high:
             m = (low + high) // 2
-            lo, hi = suffix_range(self.tokens, self.sa, tuple(ctx[ctx.size - m :].tolist()))
+            pattern = tuple(ctx[ctx.size - m :].tolist())
+            if pattern[0] + 2 >= self._starts.size:  # a token id the corpus never has
+                lo = hi = 0
+            else:
+                first = self._starts[pattern[0] + 1 : pattern[0] + 3].tolist()
+                lo, hi = suffix_range(self.tokens, self.sa, pattern, first[0], first[1])
             if hi > lo:
                 best, low = (m, lo, hi), m + 1
             else:

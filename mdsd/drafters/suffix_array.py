@@ -69,17 +69,20 @@ def _bound(tokens, sa, key: tuple[int, ...], width: int, lo: int, hi: int, upper
     return lo
 
 
-def suffix_range(tokens: np.ndarray, sa: np.ndarray, pattern: tuple[int, ...]) -> tuple[int, int]:
+def suffix_range(
+    tokens: np.ndarray, sa: np.ndarray, pattern: tuple[int, ...], lo: int = 0, hi: int | None = None
+) -> tuple[int, int]:
     """``(lo, hi)``: the run of ``sa`` whose suffixes start with ``pattern`` AND continue with a
     non-negative token (so each has a next token that is not a separator or the end).
 
-    Needs ``sa`` sorted on at least ``len(pattern) + 1`` tokens (:func:`suffix_array`).
+    Needs ``sa`` sorted on at least ``len(pattern) + 1`` tokens (:func:`suffix_array`); the search
+    stays inside ``sa[lo:hi]``, which must contain that run (e.g. the run of ``pattern[0]``).
 
     >>> tokens = np.array([2, 1, 2, 1])
     >>> suffix_range(tokens, suffix_array(tokens, 8), (2, 1))
     (3, 4)
     """
     m = len(pattern)
-    lo = _bound(tokens, sa, pattern + (0,), m + 1, 0, sa.size, upper=False)
-    hi = _bound(tokens, sa, pattern, m, lo, sa.size, upper=True)
+    lo = _bound(tokens, sa, pattern + (0,), m + 1, lo, sa.size if hi is None else hi, upper=False)
+    hi = _bound(tokens, sa, pattern, m, lo, sa.size if hi is None else hi, upper=True)
     return lo, hi

@@ -61,7 +61,7 @@ def test_separators_and_edges():
     assert [(c.tokens, c.score) for c in got] == [((3,), 1.0), ((4,), 1.0)], "no crossing a separator"
     assert store.match([7, 1, 2]) == (2, 2)
     assert store.propose([], 2, 2) == [] and store.match([]) == (0, 0), "empty context"
-    assert store.propose([9], 2, 2) == [], "no match"
+    assert store.propose([9], 2, 2) == [] and store.propose([10**9], 2, 2) == [], "no match"
     assert store.propose([5, 5, 5, 5, 5, 1], 2, 1)[0].tokens == (2,), "context longer than any match"
     single = Datastore.build([7])
     assert single.propose([7], 3, 3) == [] and len(single) == 1, "corpus of length 1"
@@ -84,14 +84,14 @@ def test_save_and_load_round_trip(tmp_path):
     store = Datastore.build(tokens, sort_depth=8, max_ngram=5, info={"corpus": "random"})
     folder = store.save(tmp_path / "ds")
     loaded = Datastore.load(folder, max_ngram=5)
-    assert isinstance(loaded.tokens, np.memmap) and isinstance(loaded.sa, np.memmap)
+    assert isinstance(loaded.tokens.base, np.memmap) and isinstance(loaded.sa.base, np.memmap), "mapped"
     assert np.array_equal(loaded.tokens, store.tokens) and np.array_equal(loaded.sa, store.sa)
     assert loaded.info == {"corpus": "random"} and loaded.sort_depth == 8
     for seed in range(30):
         ctx = np.random.default_rng(seed).integers(0, 5, size=6)
         assert loaded.propose(ctx, 3, 4) == store.propose(ctx, 3, 4)
     assert Datastore.load(folder).max_ngram == 7, "default max_ngram: sort_depth - 1 (at most 16)"
-    assert not isinstance(Datastore.load(folder, mmap=False).tokens, np.memmap)
+    assert not isinstance(Datastore.load(folder, mmap=False).tokens.base, np.memmap)
 
 
 def test_bad_inputs_are_refused(tmp_path):
