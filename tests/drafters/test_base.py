@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from reference import rank
 
-from mdsd.drafters import Continuation, Datastore, Dictionary, PromptLookup, Source, rank_continuations
+from mdsd.drafters import (
+    Continuation,
+    Datastore,
+    Dictionary,
+    Priority,
+    PromptLookup,
+    Source,
+    rank_continuations,
+)
 from mdsd.drafters.base import PAD, as_context, check_request
 
 
@@ -57,3 +65,18 @@ def test_requests_are_validated():
     with pytest.raises(ValueError, match="integer"):
         as_context([1.5])
     assert as_context([]).size == 0 and as_context(np.array([3], dtype=np.uint16)).tolist() == [3]
+
+
+def test_priority_fills_the_width_in_source_order():
+    first = PromptLookup(max_ngram=1)
+    second = Datastore.build([3, 8, 3, 9, 3, 9, 3, 4])
+    both = Priority([first, second])
+    ctx = [3, 4, 5, 3]  # the context says 4 follows 3; the corpus says 9, 8, 4
+    assert as_pairs(both.propose(ctx, 3, 1)) == [((4,), 1.0), ((9,), 2.0), ((8,), 1.0)]
+    assert as_pairs(both.propose(ctx, 1, 1)) == [((4,), 1.0)]
+    assert both.name == "prompt-lookup+datastore" and isinstance(both, Source)
+    learner = Dictionary(n=2)
+    Priority([learner]).observe([1, 2])
+    assert learner.tables.backward == {(1,): 2}, "observe reaches every source"
+    with pytest.raises(ValueError, match="sources must not be empty"):
+        Priority([])
