@@ -9,7 +9,8 @@ uniformly (seeded) from the held-out files, each with at least ``min_history`` t
 context is the file up to that position (its last ``max_context`` tokens).
 
 Per source (Datastore, PromptLookup on the same context, Dictionary learning the held-out files as it
-walks them, in order): time of one ``propose(context, width, depth)`` call, and against the text that
+walks them, in order): wall and CPU (this thread's) time of one ``propose(context, width, depth)``
+call (on a shared machine the wall-time tail is mostly preemption), and against the text that
 really follows: hit rate (some proposal), top-1 (the best first token is the next token), top-width
 (some first token is), and the matched length of the best of the ``width`` chains (tokens a greedy
 verifier would accept if the target wrote exactly this text).
@@ -75,7 +76,7 @@ def matched(proposal_tokens: tuple[int, ...], truth: np.ndarray) -> int:
 
 
 def evaluate(name: str, source, queries, docs, cfg: Config, learn: bool) -> dict:
-    times, hits, top1, topw, lengths = [], 0, 0, 0, []
+    times, cpu_times, hits, top1, topw, lengths = [], [], 0, 0, 0, []
     observe_us, learnt, current = 0.0, 0, None
     for doc_index, pos in queries:
         doc = docs[doc_index]
@@ -87,8 +88,9 @@ def evaluate(name: str, source, queries, docs, cfg: Config, learn: bool) -> dict
             source.observe(doc[:pos])  # the full prefix, as the decoder passes it
             observe_us += (time.perf_counter_ns() - start) / 1e3
             learnt, seen = learnt + pos - seen, pos
-        start = time.perf_counter_ns()
+        start, cpu = time.perf_counter_ns(), time.thread_time_ns()
         proposals = source.propose(context, cfg.width, cfg.depth)
+        cpu_times.append((time.thread_time_ns() - cpu) / 1e3)
         times.append((time.perf_counter_ns() - start) / 1e3)
         truth = doc[pos : pos + cfg.depth]
         if proposals:
@@ -96,15 +98,18 @@ def evaluate(name: str, source, queries, docs, cfg: Config, learn: bool) -> dict
             top1 += proposals[0].tokens[0] == truth[0]
             topw += any(c.tokens[0] == truth[0] for c in proposals)
         lengths.append(max((matched(c.tokens, truth) for c in proposals), default=0))
-    q = np.percentile(times, [50, 90, 99])
+    wall, cpu = np.percentile(times, [50, 90, 99]), np.percentile(cpu_times, [50, 90, 99])
     return {
         "source": name,
         "lookups": len(queries),
-        "p50_us": round(float(q[0]), 1),
-        "p90_us": round(float(q[1]), 1),
-        "p99_us": round(float(q[2]), 1),
+        "p50_us": round(float(wall[0]), 1),
+        "p90_us": round(float(wall[1]), 1),
+        "p99_us": round(float(wall[2]), 1),
         "max_us": round(max(times), 1),
         "mean_us": round(statistics.fmean(times), 1),
+        "cpu_p50_us": round(float(cpu[0]), 1),
+        "cpu_p90_us": round(float(cpu[1]), 1),
+        "cpu_p99_us": round(float(cpu[2]), 1),
         "hit_rate": hits / len(queries),
         "top1": float(top1) / len(queries),
         "top_width": float(topw) / len(queries),
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         "index_bytes": size,
         "index_dir": str(folder),
         "cpu": os.cpu_count(),
+        "load_average": os.getloadavg(),
     }
     for row in rows:
         print(row)
