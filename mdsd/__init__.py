@@ -4,7 +4,7 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import data
+from mdsd import data, drafters
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.otm import (
     METHODS,
@@ -51,4 +51,6 @@ __all__ = [
     "AcceptanceEstimate",
     # real data: prompt sets and the bundled corpus of real (p, q) pairs (mdsd.data.prompts, .real_pairs)
     "data",
+    # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.drafters)
+    "drafters",
 ]
