@@ -34,6 +34,10 @@ class Priority:
         self.sources = tuple(sources)
         self.name = "+".join(source.name for source in self.sources)
 
+    def fork(self) -> Priority:
+        """The same sources, each forked where it keeps per-sequence state (see Dictionary.fork)."""
+        return Priority([s.fork() if hasattr(s, "fork") else s for s in self.sources])
+
     def propose(self, context: Sequence[int], width: int, depth: int) -> list[Continuation]:
         """At most ``width`` continuations, each source's best first, distinct first tokens."""
         check_request(width, depth)
