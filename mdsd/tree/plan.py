@@ -29,7 +29,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from mdsd.tree.tree import Tree, _check_positive_int
+from mdsd.tree.tree import Tree
+from mdsd.validation import check_k
 
 __all__ = ["Group", "Plan", "DynamicTree", "static_plan", "chain_plan", "with_retrieval"]
 
@@ -118,8 +119,8 @@ def with_retrieval(plan: Plan | None, width: int, depth: int) -> Plan:
     >>> plan.num_nodes, plan.retrieval.tolist(), [(g.depth, g.fixed, g.k) for g in plan.groups]
     (5, [[3, 4]], [(0, 1, 2), (1, 1, 0)])
     """
-    _check_positive_int(width, "width", minimum=1)
-    _check_positive_int(depth, "depth", minimum=1)
+    check_k(width, "width", minimum=1)
+    check_k(depth, "depth", minimum=1)
     base = plan or Plan(depth=np.zeros(1, dtype=np.int64), groups=(), parent=np.full(1, -1, dtype=np.int64))
     n = base.num_nodes
     chains = n + np.arange(width * depth, dtype=np.int64).reshape(width, depth)
@@ -182,11 +183,11 @@ class DynamicTree:
     budget: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive_int(self.depth, "depth", minimum=1)
-        _check_positive_int(self.k, "k", minimum=1)
-        _check_positive_int(self.expand, "expand", minimum=1)
+        check_k(self.depth, "depth", minimum=1)
+        check_k(self.k, "k", minimum=1)
+        check_k(self.expand, "expand", minimum=1)
         if self.budget is not None:
-            _check_positive_int(self.budget, "budget", minimum=1)
+            check_k(self.budget, "budget", minimum=1)
 
     def plan(self) -> Plan:
         depth = [0]
