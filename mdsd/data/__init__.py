@@ -9,6 +9,7 @@ at one of ``REAL_TEMPERATURES``.
 from mdsd.data.corpus import TEMPERATURES as REAL_TEMPERATURES
 from mdsd.data.corpus import RealPairs, load_corpus, real_pairs
 from mdsd.data.prompts import PROMPT_SETS, Prompt, load_heldout, load_texts, prompts
+from mdsd.data.prompts import describe as describe_prompt_set
 from mdsd.data.wheels import cache_dir
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "REAL_TEMPERATURES",
     "RealPairs",
     "cache_dir",
+    "describe_prompt_set",
     "load_corpus",
     "load_heldout",
     "load_texts",

