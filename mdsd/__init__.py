@@ -5,6 +5,20 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 """
 
 from mdsd import data
+from mdsd.costs import (
+    CostProfile,
+    Overhead,
+    Prediction,
+    TimedDecode,
+    depth_seconds,
+    measure_overhead,
+    measure_profile,
+    predict,
+    replay_seconds,
+    step_forwards,
+    step_seconds,
+    time_decode,
+)
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.otm import (
     METHODS,
@@ -43,6 +57,19 @@ __all__ = [
     "DynamicTree",
     "TreeDecoder",
     "TreeDecodeOutput",
+    # the cost model: measured forward times, predicted step times and speedups
+    "CostProfile",
+    "measure_profile",
+    "Overhead",
+    "Prediction",
+    "step_forwards",
+    "step_seconds",
+    "predict",
+    "depth_seconds",
+    "TimedDecode",
+    "time_decode",
+    "replay_seconds",
+    "measure_overhead",
     # verifiers
     "VERIFIERS",
     "verifier",
