@@ -1,5 +1,5 @@
 """The cost model: measured profiles, interpolation, save/load, step times counted from the decoder's own
-forwards, predictions against hand computations and the overhead fit.
+forwards, predictions against hand computations, the overhead fit and the experiment's quick path.
 
 No test asserts on wall-clock speed: measured times are only checked to be positive and finite."""
 
@@ -7,6 +7,8 @@ import dataclasses
 import importlib.util
 import json
 import math
+import runpy
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,8 @@ torch.set_num_threads(1)  # the test machine is shared; tiny models gain nothing
 _spec = importlib.util.spec_from_file_location("_tiny_lms", Path(__file__).parent / "tree" / "tiny_lms.py")
 tiny_lms = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tiny_lms)
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 @pytest.fixture(scope="module")
@@ -475,3 +479,54 @@ def test_measure_overhead_on_real_timings_and_bad_arguments(pair, overhead_profi
         mdsd.measure_overhead(*pair, *overhead_profiles, [Tree.chain(1)], [1, 2], "rrs", 1.0, context=200)
     with pytest.raises(ValueError, match="batch=3"):
         mdsd.measure_overhead(*pair, *overhead_profiles, [Tree.chain(1)], [1, 3], "rrs", 1.0, context=4)
+
+
+# ---- the experiment -------------------------------------------------------------------------------
+
+
+def test_cost_model_quick_end_to_end(tmp_path):
+    argv = sys.argv
+    sys.argv = ["cost_model", "--quick", "--output-dir", str(tmp_path)]
+    try:
+        runpy.run_path(str(EXPERIMENTS / "cost_model.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    payload = json.loads((tmp_path / "cost_model.json").read_text())
+    meta, rows = payload["metadata"], payload["rows"]
+    assert meta["config"]["quick"] is True and meta["seed"] == meta["config"]["seed"] == 0
+    assert meta["config"]["batches"] == [1, 2, 4] and meta["versions"]["torch"]
+    assert (tmp_path / "cost_model.csv").read_text().count("\n") == len(rows) + 1
+    assert len(rows) == 3 * (1 + 2)  # per B: autoregressive, two trees with one verifier
+    assert payload["models"]["target"]["class"] == "Qwen2ForCausalLM"
+    profiles = [CostProfile.load(tmp_path / payload["profiles"][who]) for who in ("target", "draft")]
+    assert profiles[0].model == payload["models"]["target"] and profiles[0].batches == (1, 2, 4)
+    # the numbers are the API's: one row's prediction recomputed from the saved profiles and overhead
+    row = next(r for r in rows if (r["tree"], r["batch"]) == ("binary:2", 4))
+    overhead = Overhead(**payload["overheads"]["rrs"])
+    pred = mdsd.predict(
+        *profiles,
+        Tree.kary([2, 2]),
+        None,
+        4,
+        row["mean_context"],
+        tokens_per_step=row["tokens_per_step"],
+        overhead=overhead,
+    )
+    assert row["predicted_tokens_per_second"] == pytest.approx(pred.tokens_per_second, rel=1e-12)
+    assert row["predicted_speedup"] == pytest.approx(pred.speedup, rel=1e-12)
+    for r in rows:
+        assert r["seconds"] > 0 and r["replay_seconds"] > 0 and 1 <= r["tokens_per_step"] <= 3
+    assert (tmp_path / "cost_model.png").stat().st_size > 1000
+    assert "Mean absolute error" in (tmp_path / "summary.md").read_text()
+
+
+def test_cost_model_writes_into_a_fresh_directory_under_runs_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module = runpy.run_path(str(EXPERIMENTS / "cost_model.py"))
+    first = module["output_dir"](module["Config"]())
+    assert first.parent == Path("runs") and first.name.startswith("cost_model-")
+    first.mkdir(parents=True)
+    second = module["output_dir"](module["Config"]())
+    assert second != first and not second.exists()
+    named = module["output_dir"](module["Config"](output_dir="results/cost_model"))
+    assert named == Path("results/cost_model")
