@@ -280,6 +280,8 @@ def test_predict_rejects_bad_input(profiles):
         mdsd.predict(*profiles, tree, [0.5, 0.2], 5, 50)
     with pytest.raises(TypeError, match="draft_profile"):
         mdsd.predict(profiles[0], None, tree, [0.5, 0.2], 1, 50)
+    with pytest.raises(TypeError, match="overhead"):
+        mdsd.predict(*profiles, tree, [0.5, 0.2], 1, 50, overhead=0.01)
     with pytest.raises(ValueError, match="per_step"):
         Overhead(per_step=-1.0, per_row_node=0.0)
     with pytest.raises(ValueError, match="per_row_node"):

@@ -42,9 +42,9 @@ class Overhead:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
-    def seconds(self, plan: Plan, batch: float) -> float:
-        """The overhead of one step of ``plan`` for ``batch`` rows."""
-        return self.per_step + self.per_row_node * batch * _rows(plan)
+    def seconds(self, plan: Plan | Tree | DynamicTree, batch: float) -> float:
+        """The overhead of one step of ``plan`` (or of a tree's plan) for ``batch`` rows."""
+        return self.per_step + self.per_row_node * batch * _rows(_as_plan(plan))
 
 
 def _rows(plan: Plan) -> int:
@@ -82,6 +82,8 @@ def step_forwards(plan: Plan | Tree | DynamicTree) -> tuple[list[int], int]:
 
 
 def _step_parts(target_profile, draft_profile, plan, batch, context, overhead, extrapolate):
+    if overhead is not None and not isinstance(overhead, Overhead):
+        raise TypeError(f"overhead must be an Overhead or None, got {type(overhead).__name__}")
     draft_tokens, target_tokens = step_forwards(plan)
     draft = sum(draft_profile.seconds(batch, n, context, extrapolate) for n in draft_tokens)
     target = target_profile.seconds(batch, target_tokens, context, extrapolate)

@@ -37,9 +37,10 @@ class TimedDecode:
 def time_decode(decoder, prompts: Sequence[Sequence[int]], max_new_tokens: int, seed: int) -> TimedDecode:
     """Decode ``prompts`` as one batch and time every step after the first.
 
-    The batch is decoded twice from the same seed, for 1 and for ``max_new_tokens`` tokens (after an untimed
-    one-token warm-up); both share the first step (prompt forwards included), so the difference of the
-    decoder's own ``timings["total"]`` is the time of the later steps.
+    After an untimed one-token warm-up the batch is decoded from one seed for ``max_new_tokens`` tokens, then
+    for 1 token: both runs make the same first step (prompt forwards included), so the difference of the
+    decoder's own ``timings["total"]`` is the time of the later steps. EOS ends rows as the decoder says
+    (build it with ``eos_token_id=[]`` for rows of equal length).
     """
     dev = next(decoder.target.parameters()).device
 
