@@ -4,7 +4,8 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import data, drafters
+from mdsd import costs, data, drafters
+from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
 from mdsd.otm import (
     METHODS,
@@ -43,6 +44,13 @@ __all__ = [
     "DynamicTree",
     "TreeDecoder",
     "TreeDecodeOutput",
+    # the cost model: measured forward times, predicted step times and speedups (more in mdsd.costs)
+    "CostProfile",
+    "measure_profile",
+    "step_seconds",
+    "predict",
+    "depth_seconds",
+    "costs",
     # verifiers
     "VERIFIERS",
     "verifier",
