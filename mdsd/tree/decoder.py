@@ -63,6 +63,9 @@ class TreeDecodeOutput:
         Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
         Draft-model forward passes run while this prompt was decoded.
+    step_seconds : list of float
+        Wall time of each step (the whole batch's step), read between the steps' host synchronisations, so
+        measuring it costs nothing on an accelerator.
     timings : dict of str to float
         Seconds: ``total``, and per phase (``draft``, ``target``, ``verify``, ``cache``) when the decoder
         profiles (always on the CPU; on an accelerator only with ``profile=True``, which synchronises the
@@ -77,6 +80,7 @@ class TreeDecodeOutput:
     accepted_per_step: list[int]
     depth_per_step: list[int]
     draft_forwards: int
+    step_seconds: list[float]
     timings: dict[str, float]
     stopped_by_eos: bool = False
 
@@ -93,6 +97,7 @@ class _Row:
     accepted_per_step: list[int] = field(default_factory=list)
     depth_per_step: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    step_seconds: list[float] = field(default_factory=list)
     eos: bool = False
 
 
@@ -236,6 +241,7 @@ class TreeDecoder:
         depths = policy.start(B, full) if policy is not None else None
         while active.size:
             clock = _Clock(dev, timings, profile)
+            step_start = time.perf_counter()
             plan, limit = self.plan, None
             if depths is not None:
                 plan = self._plan(int(depths.max()))
@@ -268,6 +274,9 @@ class TreeDecoder:
             clock.lap("verify")
             row_depths = depths if depths is not None else np.full(active.size, plan.max_depth)
             done = self._record(summary, rows, active, row_depths, drafted.forwards, max_new_tokens)
+            elapsed = time.perf_counter() - step_start  # up to the step's synchronisation
+            for r in active:
+                rows[r].step_seconds.append(elapsed)
             if depths is not None:
                 depths = policy.update(depths, np.array([s[1] for s in summary]), full)
             if self.source is not None:
@@ -299,6 +308,7 @@ class TreeDecoder:
                 accepted_per_step=row.accepted_per_step,
                 depth_per_step=row.depth_per_step,
                 draft_forwards=row.draft_forwards,
+                step_seconds=row.step_seconds,
                 timings=dict(timings),
                 stopped_by_eos=row.eos,
             )
