@@ -153,7 +153,7 @@ def _tokens_grid(trees) -> tuple[int, ...]:
     """Every forward size the trees use (draft levels, target forward) and 1 (autoregressive)."""
     sizes = {1}
     for tree in trees:
-        draft, target = mdsd.step_forwards(tree)
+        draft, target = mdsd.costs.step_forwards(tree)
         sizes |= {*draft, target}
     return tuple(sorted(sizes))
 
@@ -241,7 +241,7 @@ def _speculative(config, target, draft, tree, spec, name, batch, profiles, overh
     target_profile, draft_profile = profiles
     B = len(batch)
     decoder = mdsd.TreeDecoder(target, draft, tree, name, config.temperature, eos_token_id=[])
-    timed = mdsd.time_decode(decoder, batch, config.max_new_tokens, config.seed)
+    timed = mdsd.costs.time_decode(decoder, batch, config.max_new_tokens, config.seed)
     row_steps = sum(o.steps - 1 for o in timed.outputs)
     per_step = timed.tokens / row_steps  # tokens per step per row, after the first step
     mean_context = float(np.mean([c for _, c, _ in timed.schedule]))
@@ -256,7 +256,7 @@ def _speculative(config, target, draft, tree, spec, name, batch, profiles, overh
         tokens_per_step=per_step,
         overhead=overhead,
     )
-    replayed = mdsd.replay_seconds(target_profile, draft_profile, tree, timed, overhead)
+    replayed = mdsd.costs.replay_seconds(target_profile, draft_profile, tree, timed, overhead)
     rate = timed.tokens / timed.seconds
     return {
         "kind": "speculative",
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
         profile.save(out / f"{label}_profile.json")
         profiles.append(profile)
     overheads = {
-        name: mdsd.measure_overhead(
+        name: mdsd.costs.measure_overhead(
             target,
             draft,
             *profiles,

@@ -97,7 +97,7 @@ def metadata(
     prompt_sets: list[str] | None = None,
 ) -> dict:
     """What a result file records beside its numbers: resolved config, seed, revision, versions, and where
-    its models (:func:`mdsd.hf.describe_model`: name, path, weights sha256) and prompt sets
+    its models ({role: :func:`mdsd.hf.describe_model`}: name, path, weights sha256) and prompt sets
     (:func:`mdsd.data.describe_prompt_set`: pinned package, member) came from."""
     from mdsd.data import describe_prompt_set
 
@@ -105,7 +105,7 @@ def metadata(
     return {
         "config": cfg,
         "seed": seed,
-        "models": models or [],
+        "models": models or {},
         "prompt_sets": [describe_prompt_set(name) for name in prompt_sets or ()],
         "git_revision": git_revision(),
         "versions": package_versions(),
@@ -120,7 +120,7 @@ def write_results(
     rows: list[dict],
     config: object,
     seed: int | None = None,
-    models: list[dict] | None = None,
+    models: dict[str, dict] | None = None,
     prompt_sets: list[str] | None = None,
     **extra,
 ) -> tuple[Path, Path]:
