@@ -5,7 +5,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 """
 
 from mdsd import data
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
     METHODS,
     OTMResult,
@@ -28,6 +28,8 @@ __all__ = [
     "Greedy",
     "TopK",
     "Joint",
+    "law_from_name",
+    "law_names",
     # optimal acceptance (OTM)
     "solve_otm",
     "optimal_acceptance",
