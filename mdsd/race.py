@@ -153,15 +153,21 @@ def _fewer_than_k(log_q: np.ndarray, s: np.ndarray, k: int, theta: float) -> np.
     exp(s + log q), so neither t nor q t overflows into a NaN.
     """
     m, size = s.size, log_q.size
-    with np.errstate(over="ignore"):
-        tq = np.exp(s[:, None] + log_q[None, :])  # [m, J]; inf where huge, 0 where q = 0
+    if s.max() < 700.0:  # t = e^s is finite and q ≤ 1: a product, cheaper than exp
+        tq = np.exp(s)[:, None] * np.exp(log_q)[None, :]  # [m, J]
+    else:
+        with np.errstate(over="ignore"):
+            tq = np.exp(s[:, None] + log_q[None, :])  # inf where huge, 0 where q = 0
     sure = tq > theta
-    tq[sure] = 0.0
+    any_sure = bool(sure.any())
+    if any_sure:
+        tq[sure] = 0.0
     exponent = np.zeros((m, size + 1))  # t q(A_j) over the uncertain tokens
     np.cumsum(tq, axis=-1, out=exponent[:, 1:])
     w = np.expm1(tq, out=tq)
     need = np.full((m, size + 1), k - 1)  # fewer than k arrivals <=> at most k − 1 − (sure ones) others
-    need[:, 1:] -= np.cumsum(sure, axis=-1)
+    if any_sure:
+        need[:, 1:] -= np.cumsum(sure, axis=-1)
     summed = np.ones((m, size + 1))  # Σ_{c ≤ need} e_c
     e_c = np.ones((m, size + 1))
     e_next = np.zeros((m, size + 1))
@@ -170,9 +176,12 @@ def _fewer_than_k(log_q: np.ndarray, s: np.ndarray, k: int, theta: float) -> np.
         np.cumsum(e_c[:, 1:], axis=-1, out=e_next[:, 1:])
         e_c, e_next = e_next, e_c
         e_c[:, 0] = 0.0
-        summed += np.where(need >= c, e_c, 0.0)
-    f = np.exp(np.log(summed) - exponent)
-    f[need < 0] = 0.0
+        summed += np.where(need >= c, e_c, 0.0) if any_sure else e_c
+    np.log(summed, out=summed)
+    summed -= exponent
+    f = np.exp(summed, out=summed)
+    if any_sure:
+        f[need < 0] = 0.0
     return f
 
 

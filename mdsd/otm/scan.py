@@ -55,9 +55,16 @@ def best_gains(p: np.ndarray, q: np.ndarray, laws: list[DraftLaw]) -> dict[Draft
     """
     level, index, count = _bucket(p, q)
     stats = {law: law.prefix_statistics(q) for law in laws}
+    cache: dict[tuple, np.ndarray] = {}  # laws often share weight rows (every i.i.d. law's is q itself)
+
+    def once(tag: str, w: np.ndarray, make) -> np.ndarray:
+        key = (tag, w.__array_interface__["data"][0], w.shape, w.strides)
+        if key not in cache:
+            cache[key] = make(w)
+        return cache[key]
 
     def edges(w: np.ndarray) -> np.ndarray:  # sums over the buckets before each of the count + 1 edges
-        return np.concatenate([[0.0], np.cumsum(np.bincount(index, weights=w, minlength=count))])
+        return once("edges", w, lambda w: np.concatenate([[0.0], np.cumsum(np.bincount(index, w, count))]))
 
     spent = edges(p)
     per_bucket = np.bincount(index, weights=q, minlength=count)
@@ -76,18 +83,21 @@ def best_gains(p: np.ndarray, q: np.ndarray, laws: list[DraftLaw]) -> dict[Draft
     starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
     lengths = np.diff(np.append(starts, chosen.size))
 
-    def within(w: np.ndarray, edge: np.ndarray) -> np.ndarray:  # prefix sums inside each bucket
-        run = np.cumsum(w[chosen])
-        return edge[bucket] + run - np.repeat(run[starts] - w[chosen][starts], lengths)
+    def within(w: np.ndarray) -> np.ndarray:  # prefix sums inside each bucket
+        def make(w: np.ndarray) -> np.ndarray:
+            run = np.cumsum(w[chosen])
+            return edges(w)[bucket] + run - np.repeat(run[starts] - w[chosen][starts], lengths)
 
-    run_spent = within(p, spent)
+        return once("within", w, make)
+
+    run_spent = within(p)
     # q(V∖A) from the tail, so that it stays accurate when small: the mass after each token inside its
     # bucket (a suffix sum that only ever holds mass outside A) plus the buckets after it.
     after = np.append(np.cumsum(q[chosen][::-1])[::-1], 0.0)  # after[i] = Σ of chosen tokens from i on
     next_start = np.repeat(np.append(starts[1:], chosen.size), lengths)
     run_left = left[bucket + 1] + after[1:] - after[next_start]
     for law, st in stats.items():
-        run_sums = np.stack([within(w, e) for w, e in zip(st.weights, edge_sums[law], strict=True)])
+        run_sums = np.stack([within(w) for w in st.weights])
         gains = st.containment(run_sums, run_left) - run_spent
         best[law] = max(best[law], float(gains.max()))
     return best
