@@ -35,7 +35,10 @@ from mdsd.validation import as_pair, check_k
 METHODS = ("auto", "dual", "maxflow", "lp", "coupling")
 _ENUMERATED = {"maxflow": solve_maxflow, "lp": solve_lp, "coupling": solve_coupling}
 MAX_TUPLES = 1_000_000  # enumerated joints larger than this are refused (use the dual)
-MAX_COUPLING_VARIABLES = 50_000  # the coupling LP has T · n variables; cvxpy takes ~5 s at this size
+# The coupling LP has a row per tuple and T · n variables; cvxpy/HiGHS take about 0.5 ms a tuple (8 s at
+# 16,384 tuples, n = 4, k = 7; 1.8 s at 4,096 tuples, n = 64, k = 2), minutes at n = 4, k = 8.
+MAX_COUPLING_TUPLES = 20_000
+MAX_COUPLING_VARIABLES = 2_000_000
 _MAXFLOW_EDGES = 2_000  # "auto" without a dual: max-flow up to this many accepting edges, LP above
 
 
@@ -52,8 +55,9 @@ def _validate(p: object, q: object, law: object, method: str) -> tuple[np.ndarra
 def check_enumerable(q: np.ndarray, law: DraftLaw, method: str) -> None:
     """Raise ``ValueError`` if ``method`` (an enumerating one) would build too large a problem for q [n].
 
-    Every enumerating method lists the law's draft tuples (at most :data:`MAX_TUPLES`); the coupling LP
-    also makes T · n variables (at most :data:`MAX_COUPLING_VARIABLES`).
+    Every enumerating method lists the law's T draft tuples (at most :data:`MAX_TUPLES`); the coupling LP
+    also has a row per tuple and T · n variables (at most :data:`MAX_COUPLING_TUPLES` and
+    :data:`MAX_COUPLING_VARIABLES`).
     """
     tuples = law.tuple_count(q)
     instead = "use method='dual'" if law.dual_form() is not None else "use a smaller vocabulary"
@@ -62,11 +66,11 @@ def check_enumerable(q: np.ndarray, law: DraftLaw, method: str) -> None:
             f"{law!r} on {q.size} tokens has too many draft tuples ({tuples} > {MAX_TUPLES}) for method "
             f"{method!r}; {instead}"
         )
-    if method == "coupling" and tuples * q.size > MAX_COUPLING_VARIABLES:
+    if method == "coupling" and (tuples > MAX_COUPLING_TUPLES or tuples * q.size > MAX_COUPLING_VARIABLES):
         raise ValueError(
-            f"{law!r} on {q.size} tokens makes a coupling LP of {tuples * q.size} variables (more than "
-            f"{MAX_COUPLING_VARIABLES}); use method='lp' or 'maxflow'"
-            + (", or 'dual'" if law.dual_form() is not None else "")
+            f"{law!r} on {q.size} tokens makes a coupling LP of {tuples} tuples and {tuples * q.size} "
+            f"variables (at most {MAX_COUPLING_TUPLES} and {MAX_COUPLING_VARIABLES}); use method='lp' or "
+            "'maxflow'" + (", or 'dual'" if law.dual_form() is not None else "")
         )
 
 

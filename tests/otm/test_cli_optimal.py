@@ -130,7 +130,7 @@ def test_coupling_too_large_is_a_one_line_error(tmp_path, capsys):
     files = ["--p", str(tmp_path / "p.json"), "--q", str(tmp_path / "p.json")]
     assert main(["optimal", *files, "--method", "coupling", "--k", "8"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "coupling LP of 262144 variables" in err and "use method='lp'" in err
+    assert err.count("\n") == 1 and "coupling LP of 65536 tuples" in err and "use method='lp'" in err
 
 
 def test_help_quotes_the_builtin_example():

@@ -260,6 +260,24 @@ def test_regression_wor_dual_pruned_the_optimal_prefix_on_a_draft_spanning_16_de
     assert result.status == "conjectured" and "quadrature" in result.basis and result.error < 1e-12
 
 
+@pytest.mark.parametrize(
+    "p, q, k, exact",
+    [
+        ([0.0, 1.0, 0.0], [1.0, 1e-310, 1e-310], 2, 0.5),  # the top token's odds q/(1 − q) overflowed: NaN
+        ([0.5, 0.5, 0.0], [1e-310, 1e-310, 1.0], 2, 1.0),  # the same, on the last prefix: 0 · inf = NaN
+        ([0.0, 0.0, 0.0, 1.0], [1.0, 1e-300, 1e-300, 1e-300], 3, 2 / 3),  # the race's t^2 overflowed: 1/3
+        ([0.0, 0.0, 0.0, 1.0], [1.0, 1e-310, 1e-310, 1e-310], 3, 2 / 3),  # t beyond float range: NaN
+    ],
+)
+def test_regression_wor_dual_nan_or_wrong_on_tiny_draft_masses(p, q, k, exact):
+    """Masses near or below the smallest normal float decide which token is drafted after the top one;
+    the dual returned NaN (or 1/3 for 2/3) where the LP and max-flow were right."""
+    law = mdsd.WithoutReplacement(k)
+    assert mdsd.optimal_acceptance(p, q, law) == pytest.approx(exact, abs=1e-12)
+    for method in ("dual", "lp", "maxflow"):
+        assert mdsd.solve_otm(p, q, law, method=method).value == pytest.approx(exact, abs=1e-12), method
+
+
 # Rows of the bundled real pairs at T = 0.1 on which that pruning returned a wrong optimum for three or four
 # drafts without replacement (off by up to 0.80 and 0.93; 13 and 16 of the 1,026 rows).
 REAL_ROWS_PRUNED = (29, 36, 172, 248, 254, 281, 372, 617, 763, 823, 878, 895, 927, 968, 983, 987)

@@ -88,7 +88,8 @@ def test_coupling_refuses_more_variables_than_it_can_build():
     """n = 4, k = 8: 65,536 tuples × 4 tokens; cvxpy took minutes. The LP on the draft sets does not."""
     p, q = [0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4]
     with pytest.raises(
-        ValueError, match="coupling LP of 262144 variables .* use method='lp' or 'maxflow', or 'dual'"
+        ValueError,
+        match="coupling LP of 65536 tuples and 262144 variables .* use method='lp' or 'maxflow', or 'dual'",
     ):
         mdsd.solve_otm(p, q, mdsd.IID(8), method="coupling")
     assert mdsd.solve_otm(p, q, mdsd.IID(8), method="lp").value == pytest.approx(
