@@ -73,10 +73,6 @@ class Config:
     output_dir: str = field(default="results/real_acceptance", metadata={"help": "where results go"})
 
 
-def _law(name: str, k: int) -> mdsd.DraftLaw:
-    return {"iid": mdsd.IID, "without_replacement": mdsd.WithoutReplacement, "greedy": mdsd.Greedy}[name](k)
-
-
 def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     # Full-vocabulary (p, q) per temperature from the cached models: {T: (p [N, V], q [N, V], dataset [N])}.
     import torch
@@ -135,9 +131,9 @@ def _evaluate(
     tail = np.minimum(p_all[:, -1], q_all[:, -1]) if not config.record else np.zeros(n_rows)
     results: dict[tuple[str, str, int], np.ndarray] = {}
     for k in config.ks:
-        laws = list(config.laws) + (["hub"] if k == 2 else [])
+        laws = list(config.laws) + (["hub"] if mdsd.laws.supports("hub", k) else [])
         for law in laws:
-            law_obj = mdsd.Hub() if law == "hub" else _law(law, k)
+            law_obj = mdsd.law_from_name(law, k)
             # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
             results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
         for name in config.verifiers:

@@ -6,7 +6,7 @@ k the number of drafts per step, n the vocabulary size. See the README for a tou
 
 from mdsd import costs, data, drafters
 from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
     METHODS,
     OTMResult,
@@ -29,6 +29,8 @@ __all__ = [
     "Greedy",
     "TopK",
     "Joint",
+    "law_from_name",
+    "law_names",
     # optimal acceptance (OTM)
     "solve_otm",
     "optimal_acceptance",
