@@ -13,16 +13,13 @@ Writes benchmarks/results/tree.json (+ .csv).
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass, field
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from mdsd import VERIFIERS, Tree, TreeDecoder
+from mdsd import VERIFIERS, Tree, TreeDecoder, measure_profile
 from mdsd.experiment import config_from_cli, write_results
-from mdsd.tree.attention import block_mask, select_cache
 
 
 @dataclass
@@ -56,35 +53,16 @@ def model(vocab: int, hidden: int, layers: int, seed: int) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
-@torch.no_grad()
-def forward_cost(target, prompt: torch.Tensor, tree: Tree, repeats: int) -> dict:
-    """Median seconds of a one-token forward and of a tree forward, each after the same KV prefix."""
-    cache = target(prompt[:, :-1], use_cache=True).past_key_values
-    L = prompt.shape[1] - 1
-    keep_prefix = torch.arange(L)[None]
-    dtype = next(target.parameters()).dtype
-    one_mask = block_mask(torch.ones(1, L, dtype=torch.bool), torch.ones(1, 1, 1, dtype=torch.bool), dtype)
-    visible = torch.as_tensor(tree.ancestors)[None]  # [1, N, N]
-    tree_mask = block_mask(torch.ones(1, L, dtype=torch.bool), visible, dtype)
-    tree_ids = torch.randint(0, target.config.vocab_size, (1, tree.num_nodes))
-    tree_pos = L + torch.as_tensor(tree.depth)[None]
-    runs = {
-        "one_token": (prompt[:, -1:], one_mask, torch.tensor([[L]])),
-        "tree": (tree_ids, tree_mask, tree_pos),
-    }
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats + 1):  # the first round warms up
-        for name, (ids, mask, pos) in runs.items():
-            start = time.perf_counter()
-            target(ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
-            times[name].append(time.perf_counter() - start)
-            select_cache(cache, keep_prefix)  # back to the prefix
-    median = {name: statistics.median(t[1:]) for name, t in times.items()}
+def forward_cost(target, prefix: int, tree: Tree, repeats: int) -> dict:
+    """Median seconds of a one-token forward and of a tree forward, each after the same KV prefix
+    (:func:`mdsd.costs.measure_profile`, the decoder's own masks and cache)."""
+    profile = measure_profile(target, [1], [1, tree.num_nodes], [prefix], repeats=repeats, progress=False)
+    one, whole = profile.seconds(1, 1, prefix), profile.seconds(1, tree.num_nodes, prefix)
     return {
-        "one_token_forward_s": median["one_token"],
-        "tree_forward_s": median["tree"],
+        "one_token_forward_s": one,
+        "tree_forward_s": whole,
         "tree_nodes": tree.num_nodes,
-        "tree_over_one_token": median["tree"] / median["one_token"],
+        "tree_over_one_token": whole / one,
     }
 
 
@@ -96,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     params = sum(p.numel() for p in target.parameters())
     prompt = torch.randint(0, cfg.vocab, (1, cfg.prefix), generator=torch.Generator().manual_seed(cfg.seed))
     binary = Tree.kary([2, 2, 2, 2])
-    forward = forward_cost(target, prompt, binary, cfg.repeats)
+    forward = forward_cost(target, cfg.prefix, binary, cfg.repeats)
     ratio = forward["tree_over_one_token"]
     print(f"target {params / 1e6:.0f}M parameters; tree / one-token forward = {ratio:.2f}x")
     rows = []
@@ -105,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
         dec = TreeDecoder(target, draft, tree, verifier=name, temperature=cfg.temperature)
         dec.generate(prompt, 4, torch.Generator().manual_seed(cfg.seed))  # warm-up
         out = dec.generate(prompt, cfg.max_new_tokens, torch.Generator().manual_seed(cfg.seed))
-        step = sum(out.timings.values())
+        step = sum(out.timings[phase] for phase in ("draft", "target", "verify", "cache"))
         row = {
             "verifier": name,
             "tree": "chain:4" if name == "single" else "binary:4",
             "steps": out.steps,
             "tokens_per_step": out.mean_tokens_per_step,
-            **{f"{phase}_s": t for phase, t in out.timings.items()},
+            **{f"{phase}_s": t for phase, t in out.timings.items() if phase != "total"},
             "verify_share": out.timings["verify"] / step,
             "step_ms": 1e3 * step / out.steps,
         }

@@ -91,10 +91,6 @@ class Config:
     )
 
 
-def _law(name: str, k: int) -> mdsd.DraftLaw:
-    return {"iid": mdsd.IID, "without_replacement": mdsd.WithoutReplacement, "greedy": mdsd.Greedy}[name](k)
-
-
 def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     # Full-vocabulary (p, q) per temperature from the cached models: {T: (p [N, V], q [N, V], dataset [N])}.
     import torch
@@ -149,7 +145,7 @@ def tasks(config: Config, positions: dict[float, int]) -> list[dict]:
     for t in config.temperatures:
         for k in config.ks:
             base = {"temperature": t, "k": k, "positions": positions[t]}
-            laws = list(config.laws) + (["hub"] if k == 2 else [])
+            laws = list(config.laws) + (["hub"] if mdsd.laws.supports("hub", k) else [])
             out += [{**base, "kind": "optimal", "name": law} for law in laws]
             for name in config.verifiers:
                 if not ((name == "single" and k != 1) or (name == "spechub" and k != 2)):
@@ -166,7 +162,7 @@ def run_task(task: dict, pairs: dict) -> dict:
     p_all, q_all, _, keep = pairs[task["temperature"]]
     n, k, name = task["positions"], task["k"], task["name"]
     if task["kind"] == "optimal":
-        law = mdsd.Hub() if name == "hub" else _law(name, k)
+        law = mdsd.law_from_name(name, k)
         # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
         values = np.asarray(mdsd.optimal_acceptance(p_all[:n], q_all[:n], law), dtype=np.float64)
         return {"values": values.tolist(), "skipped": 0}

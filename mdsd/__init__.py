@@ -4,8 +4,9 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import data
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd import costs, data, drafters
+from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
+from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
     METHODS,
     OTMResult,
@@ -28,6 +29,8 @@ __all__ = [
     "Greedy",
     "TopK",
     "Joint",
+    "law_from_name",
+    "law_names",
     # optimal acceptance (OTM)
     "solve_otm",
     "optimal_acceptance",
@@ -43,6 +46,13 @@ __all__ = [
     "DynamicTree",
     "TreeDecoder",
     "TreeDecodeOutput",
+    # the cost model: measured forward times, predicted step times and speedups (more in mdsd.costs)
+    "CostProfile",
+    "measure_profile",
+    "step_seconds",
+    "predict",
+    "depth_seconds",
+    "costs",
     # verifiers
     "VERIFIERS",
     "verifier",
@@ -51,4 +61,6 @@ __all__ = [
     "AcceptanceEstimate",
     # real data: prompt sets and the bundled corpus of real (p, q) pairs (mdsd.data.prompts, .real_pairs)
     "data",
+    # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.drafters)
+    "drafters",
 ]

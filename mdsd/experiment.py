@@ -62,6 +62,16 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
     return cls(**values)
 
 
+def output_dir(name: str, given: str = "") -> Path:
+    """Where an experiment writes: ``given`` if set (e.g. ``results/<name>`` to update committed results on
+    purpose), else a fresh ``runs/<name>-<UTC time>`` (runs/ is not tracked), so a default run never
+    overwrites committed results."""
+    if given:
+        return Path(given)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}-{stamp}"
+
+
 def git_revision() -> str | None:
     """The checkout's HEAD commit (with ``-dirty`` if the tree has changes), or None outside git."""
     here = Path(__file__).resolve().parent
@@ -100,16 +110,27 @@ def split_config(config: object) -> tuple[dict, dict]:
     return {k: v for k, v in values.items() if k not in run}, {k: v for k, v in values.items() if k in run}
 
 
-def metadata(config: object, seed: int | None = None) -> dict:
-    """What a result file records beside its numbers: resolved config, seed, revision, versions.
+def metadata(
+    config: object,
+    seed: int | None = None,
+    models: list[dict] | None = None,
+    prompt_sets: list[str] | None = None,
+) -> dict:
+    """What a result file records beside its numbers: resolved config, seed, revision, versions, and where
+    its models ({role: :func:`mdsd.hf.describe_model`}: name, path, weights sha256) and prompt sets
+    (:func:`mdsd.data.describe_prompt_set`: pinned package, member) came from.
 
-    ``run`` holds the fields that say how it ran (see the module docstring); ``created`` the time.
+    ``run`` holds the config fields that say how it ran (see the module docstring); ``created`` the time.
     """
+    from mdsd.data import describe_prompt_set
+
     cfg, run = split_config(config)
     return {
         "config": cfg,
         "run": run,
         "seed": seed,
+        "models": models or {},
+        "prompt_sets": [describe_prompt_set(name) for name in prompt_sets or ()],
         "git_revision": git_revision(),
         "versions": package_versions(),
         "platform": platform.platform(),
@@ -118,13 +139,20 @@ def metadata(config: object, seed: int | None = None) -> dict:
 
 
 def write_results(
-    out_dir: str | Path, name: str, rows: list[dict], config: object, seed: int | None = None, **extra
+    out_dir: str | Path,
+    name: str,
+    rows: list[dict],
+    config: object,
+    seed: int | None = None,
+    models: dict[str, dict] | None = None,
+    prompt_sets: list[str] | None = None,
+    **extra,
 ) -> tuple[Path, Path]:
-    """Write ``rows`` to ``out_dir/name.csv`` and ``out_dir/name.json`` (rows + metadata + extra)."""
+    """Write ``rows`` to ``out_dir/name.csv`` and ``out_dir/name.json`` (rows + :func:`metadata` + extra)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / f"{name}.json", out / f"{name}.csv"
-    payload = {"metadata": metadata(config, seed), **extra, "rows": rows}
+    payload = {"metadata": metadata(config, seed, models, prompt_sets), **extra, "rows": rows}
     json_path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with csv_path.open("w", newline="") as handle:

@@ -1,9 +1,15 @@
 """Draft laws: the joint law Q of the k-tuple of drafts x̄ = (x_1, ..., x_k) drawn from a draft q.
 
-Each law can check that its k is feasible for a given q, enumerate its exact joint law (small n), and
-sample drafts for a batch of draft distributions (torch, batched over leading dimensions).
+Each law can check that its k is feasible for a given q, enumerate its exact joint law (small n), sample
+drafts for a batch of draft distributions (torch, batched over leading dimensions), and compute the
+containment probability Q(set(x̄) ⊆ A) that the min-cut dual of the optimal acceptance needs
+(../shared/MATH.md §1): for one set, and for every prefix of a token order at once where the law has such
+a form (:meth:`DraftLaw.dual_form` says which, and on what grounds the dual's answer is the optimum).
 Ties in q are broken towards the lower token index everywhere ("the hub", "the top k").
-See ../shared/MATH.md §2.
+
+The laws that can be built from a name and k register themselves here (:func:`register`); everything
+else asks this registry (:func:`law_from_name`, :func:`law_names`, :func:`supports`). Adding a law means
+writing its class (with ``@register``) and its tests. See ../shared/MATH.md §2.
 """
 
 from __future__ import annotations
@@ -11,14 +17,81 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
+from mdsd import race
 from mdsd.validation import as_probabilities, as_probability_tensor, check_k
 
-__all__ = ["DraftLaw", "IID", "WithoutReplacement", "Hub", "Greedy", "TopK", "Joint", "ranked"]
+__all__ = [
+    "DraftLaw",
+    "IID",
+    "WithoutReplacement",
+    "Hub",
+    "Greedy",
+    "TopK",
+    "Joint",
+    "DualForm",
+    "PrefixStatistics",
+    "register",
+    "law_from_name",
+    "law_names",
+    "law_class",
+    "supports",
+    "ranked",
+]
+
+_REGISTRY: dict[str, type[DraftLaw]] = {}  # names and aliases -> class
+
+
+def register(cls: type[DraftLaw]) -> type[DraftLaw]:
+    """Class decorator: make ``cls`` buildable by its ``name`` and ``aliases`` (:func:`law_from_name`)."""
+    for key in (cls.name, *cls.aliases):
+        if key in _REGISTRY:
+            raise ValueError(f"draft law name {key!r} is already registered to {_REGISTRY[key].__name__}")
+        _REGISTRY[key] = cls
+    return cls
+
+
+def law_names() -> tuple[str, ...]:
+    """The registered laws' canonical names, in registration order (aliases left out)."""
+    return tuple(key for key, cls in _REGISTRY.items() if key == cls.name)
+
+
+def _described() -> str:
+    return ", ".join(
+        name + (f" ({', '.join(_REGISTRY[name].aliases)})" if _REGISTRY[name].aliases else "")
+        for name in law_names()
+    )
+
+
+def law_class(name: str) -> type[DraftLaw]:
+    """The law class registered under ``name`` or one of its aliases; ``ValueError`` listing them if none."""
+    if name not in _REGISTRY:
+        raise ValueError(f"law must be one of {_described()}; got {name!r}")
+    return _REGISTRY[name]
+
+
+def supports(name: str, k: int) -> bool:
+    """Whether the law called ``name`` has a version with ``k`` drafts (the hub pair: only k = 2)."""
+    return law_class(name).supports_k(k)
+
+
+def law_from_name(name: str, k: int) -> DraftLaw:
+    """The draft law called ``name`` (a registered name or alias) with ``k`` drafts.
+
+    >>> law_from_name("wor", 3), law_from_name("hub", 2)
+    (WithoutReplacement(k=3), Hub(k=2))
+    """
+    cls = law_class(name)
+    k = check_k(k, "k")
+    if not cls.supports_k(k):
+        raise ValueError(f"the {cls.name} law has k = {cls.fixed_k} drafts; got k = {k}")
+    return cls.from_k(k)
 
 
 def ranked(q: np.ndarray) -> np.ndarray:
@@ -28,6 +101,56 @@ def ranked(q: np.ndarray) -> np.ndarray:
 
 def _ranked_torch(q: torch.Tensor) -> torch.Tensor:  # [..., V] -> [..., V]
     return torch.sort(q, dim=-1, descending=True, stable=True).indices
+
+
+def _support(q: np.ndarray) -> int:
+    return int(np.count_nonzero(q))
+
+
+@dataclass(frozen=True)
+class DualForm:
+    """How a law's min-cut dual :math:`\\min_A p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A)` is solved.
+
+    Attributes
+    ----------
+    kind : str
+        "prefix": the minimising A is a prefix of the tokens sorted by p/q
+        (:meth:`DraftLaw.prefix_statistics`);
+        "modular": Q(set ⊆ A) is modular beyond a forced set, a closed form (:meth:`DraftLaw.modular_form`).
+    basis : str
+        Why the dual's value is the optimum, e.g. "sorted-prefix theorem (i.i.d.)".
+    proven : bool
+        False where the basis is a conjecture (checked in the tests, not proven).
+    exact : bool
+        False where the scan's containment is numerical (:meth:`DraftLaw.prefix_containment`) and
+        :meth:`DraftLaw.prefix_statistics` only bounds it from above.
+    """
+
+    kind: str
+    basis: str
+    proven: bool
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class PrefixStatistics:
+    """Q(set(x̄) ⊆ A) as a function of sums over A of per-token weights and of λ = q(V∖A).
+
+    Attributes
+    ----------
+    weights : ndarray [m, ..., n]
+        m additive weights per token.
+    containment : callable
+        ``containment(sums [m, ...], outside [...]) -> [...]``: Q(set ⊆ A) from the weights' sums over A
+        and q(V∖A); both broadcast over leading axes (every prefix of every row at once).
+    exact : bool
+        False when ``containment`` is only an upper bound (the law then has an exact
+        :meth:`DraftLaw.prefix_containment` and a :meth:`DraftLaw.containment_lower`).
+    """
+
+    weights: np.ndarray
+    containment: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    exact: bool = True
 
 
 def _draw(q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -42,10 +165,79 @@ class DraftLaw(ABC):
 
     k: int
 
-    name = "law"
+    name: ClassVar[str] = "law"
+    aliases: ClassVar[tuple[str, ...]] = ()
+    fixed_k: ClassVar[int | None] = None  # the only k this law has (None: any k >= 1)
 
     def __post_init__(self) -> None:
         check_k(self.k, "k")
+
+    @classmethod
+    def supports_k(cls, k: int) -> bool:
+        """Whether this law has a version with ``k`` drafts."""
+        return cls.fixed_k is None or k == cls.fixed_k
+
+    @classmethod
+    def from_k(cls, k: int) -> DraftLaw:
+        """The law with ``k`` drafts (``k`` already checked by :func:`law_from_name`)."""
+        return cls(k)
+
+    def tuple_count(self, q: np.ndarray) -> int:
+        """How many ordered draft tuples have positive probability under q [n] (the enumerated joint's size,
+        less any whose probability underflows in float): what enumerating methods would build."""
+        return len(self.joint(q))
+
+    # ----- the containment probability Q(set(x̄) ⊆ A) that the min-cut dual needs (MATH.md §1) -----
+
+    def dual_form(self) -> DualForm | None:
+        """How the min-cut dual of this law is solved, or None (enumerate: LP / max-flow)."""
+        return None
+
+    def prefix_statistics(self, q: np.ndarray) -> PrefixStatistics:
+        """Q(set ⊆ A) from additive per-token weights of q [..., n] (laws of dual kind "prefix")."""
+        raise NotImplementedError(f"{self!r} has no prefix form")
+
+    def prefix_containment(
+        self, qs: np.ndarray, wanted: np.ndarray | None = None, fine: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Q(set ⊆ A_j) at the prefixes ``wanted`` [n + 1] (all if None) of one row qs [n] in prefix order.
+
+        Returns (values [n + 1], error estimates [n + 1]), NaN at prefixes not wanted. Needed where
+        :meth:`prefix_statistics` is only an upper bound; ``fine`` asks a numerical method for a tighter
+        error estimate at a higher cost.
+        """
+        raise NotImplementedError(f"{self!r} has no prefix containment beyond its statistics")
+
+    def containment_lower(self, a: np.ndarray, outside: float) -> float:
+        """A lower bound on Q(set ⊆ A) from A's masses ``a`` [m] and q(V∖A) (where statistics are inexact)."""
+        raise NotImplementedError(f"{self!r} has no containment lower bound")
+
+    def modular_form(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(forced F [..., n], weights r [..., n], base [...]) with Q(set ⊆ A) = [F ⊆ A] (base + r(A ∖ F)).
+
+        For laws of dual kind "modular"; base + r(V ∖ F) = 1.
+        """
+        raise NotImplementedError(f"{self!r} has no modular form")
+
+    def containment(self, q: np.ndarray, inside: np.ndarray) -> float:
+        """Q(set(x̄) ⊆ A) for one q [n] and the membership mask ``inside`` [n] of A, by the law's formula.
+
+        >>> round(IID(2).containment(np.array([0.5, 0.3, 0.2]), np.array([True, True, False])), 12)
+        0.64
+        """
+        form = self.dual_form()
+        if form is None:
+            return float(sum(w for x, w in self.joint(q).items() if inside[list(x)].all()))
+        if form.kind == "modular":
+            forced, r, base = self.modular_form(q)
+            return float(base + r[inside & ~forced].sum()) if inside[forced].all() else 0.0
+        stats = self.prefix_statistics(q)
+        if stats.exact:
+            return np.asarray(stats.containment(stats.weights[..., inside].sum(-1), q[~inside].sum())).item()
+        wanted = np.zeros(q.size + 1, dtype=bool)
+        wanted[int(inside.sum())] = True
+        values, _ = self.prefix_containment(np.concatenate([q[inside], q[~inside]]), wanted)
+        return float(values[int(inside.sum())])
 
     def min_support(self) -> int:
         """Fewest tokens with q > 0 that this law needs (k drafts must be drawable)."""
@@ -91,11 +283,38 @@ class DraftLaw(ABC):
     def _sample(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor: ...
 
 
+_PREFIX_BASIS = "sorted-prefix theorem"  # proofs: mdsd.otm.dual's module docstring
+_MODULAR = DualForm("modular", "closed form (containment modular beyond a forced set)", proven=True)
+
+
+def _top_mask(q: np.ndarray, m: int) -> np.ndarray:
+    """The m most likely tokens of q [..., n] (ties towards the lower index) as a mask [..., n]."""
+    mask = np.zeros(q.shape, dtype=bool)
+    np.put_along_axis(mask, ranked(q)[..., :m], True, axis=-1)
+    return mask
+
+
+def _off_forced(q: np.ndarray, forced: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Modular form of "the forced tokens, then one draw from q off them": r = q off F, renormalised."""
+    off = np.where(forced, 0.0, q)
+    return forced, off / off.sum(axis=-1, keepdims=True), np.zeros(q.shape[:-1])  # 1 − q(F) as a sum
+
+
+@register
 @dataclass(frozen=True)
 class IID(DraftLaw):
-    """k i.i.d. drafts: Q(x̄) = Π_i q(x_i) (duplicates possible)."""
+    """k i.i.d. drafts: Q(x̄) = Π_i q(x_i) (duplicates possible); Q(set(x̄) ⊆ A) = q(A)^k."""
 
     name = "iid"
+
+    def tuple_count(self, q):
+        return _support(q) ** self.k
+
+    def dual_form(self):
+        return DualForm("prefix", f"{_PREFIX_BASIS} (i.i.d. drafts)", proven=True)
+
+    def prefix_statistics(self, q):
+        return PrefixStatistics(q[None], lambda sums, outside: np.minimum(sums[0], 1.0) ** self.k)
 
     def _joint(self, q):
         support = np.flatnonzero(q)
@@ -109,18 +328,53 @@ class IID(DraftLaw):
         )
 
 
+@register
 @dataclass(frozen=True)
 class WithoutReplacement(DraftLaw):
     """k drafts without replacement: Q(x̄) = Π_i q(x_i) / (1 − Σ_{j<i} q(x_j)), distinct x_i.
 
     Sampled as an exponential race: E_x ~ Exp(1), arrival time E_x / q(x), drafts = the first k
-    arrivals in order (equivalent to Gumbel-top-k on log q).
+    arrivals in order (equivalent to Gumbel-top-k on log q). Q(set(x̄) ⊆ A): q(A) for k = 1, a closed
+    form in prefix sums for k = 2, the race integral for k ≥ 3 (:mod:`mdsd.race`).
     """
 
     name = "without_replacement"
+    aliases = ("wor",)
 
     def min_support(self) -> int:
         return self.k
+
+    def tuple_count(self, q):
+        return math.perm(_support(q), self.k)
+
+    def dual_form(self):
+        if self.k <= 2:
+            return DualForm("prefix", f"{_PREFIX_BASIS} (drafts without replacement, k <= 2)", proven=True)
+        return DualForm("prefix", "sorted-prefix conjecture + race quadrature", proven=False, exact=False)
+
+    def prefix_statistics(self, q):
+        """Exact for k <= 2; for k ≥ 3 the upper bound min(Q(first two drafts in A), q(A)^k)."""
+        if self.k == 1:
+            return PrefixStatistics(q[None], lambda sums, outside: np.minimum(sums[0], 1.0))
+        weights, q_top = race.pair_weights(q)
+        q_top = q_top[..., None]  # broadcasts against [..., prefixes]
+        if self.k == 2:
+            return PrefixStatistics(
+                weights, lambda sums, outside: race.pair_containment(sums, outside, q_top)
+            )
+
+        def upper(sums: np.ndarray, outside: np.ndarray) -> np.ndarray:
+            pair = race.pair_containment(sums, outside, q_top)
+            return np.minimum(pair, np.minimum(sums[0], 1.0) ** self.k)
+
+        return PrefixStatistics(weights, upper, exact=False)
+
+    def prefix_containment(self, qs, wanted=None, fine=False):
+        """The race integral (:func:`mdsd.race.race_containment`); ``fine``: at half its default step."""
+        return race.race_containment(qs, self.k, wanted, race.default_step(self.k) / (2.0 if fine else 1.0))
+
+    def containment_lower(self, a, outside):
+        return race.containment_lower(a, outside, self.k)
 
     def _joint(self, q):
         support = np.flatnonzero(q)
@@ -135,6 +389,7 @@ class WithoutReplacement(DraftLaw):
         return torch.topk(race, self.k, dim=-1, largest=False, sorted=True).indices
 
 
+@register
 @dataclass(frozen=True)
 class Hub(DraftLaw):
     """SpecHub's pair (k = 2) around the hub a = argmax q.
@@ -145,9 +400,24 @@ class Hub(DraftLaw):
 
     k: int = field(default=2, init=False)
     name = "hub"
+    fixed_k = 2
+
+    @classmethod
+    def from_k(cls, k):
+        return cls()
 
     def min_support(self) -> int:
         return 2
+
+    def tuple_count(self, q):
+        return 2 * (_support(q) - 1)
+
+    def dual_form(self):
+        return _MODULAR
+
+    def modular_form(self, q):
+        """Every pair holds the hub a; Q(set ⊆ A) = [a ∈ A] q(A ∖ a) / (1 − q_a)."""
+        return _off_forced(q, _top_mask(q, 1))
 
     def _joint(self, q):
         a = int(ranked(q)[0])
@@ -165,6 +435,7 @@ class Hub(DraftLaw):
         return torch.stack([first, second], dim=-1)
 
 
+@register
 @dataclass(frozen=True)
 class Greedy(DraftLaw):
     """Hu et al.'s greedy drafts: the top k−1 tokens T of q, then one draw from q restricted to V∖T.
@@ -176,6 +447,16 @@ class Greedy(DraftLaw):
 
     def min_support(self) -> int:
         return self.k
+
+    def tuple_count(self, q):
+        return _support(q) - (self.k - 1)
+
+    def dual_form(self):
+        return _MODULAR
+
+    def modular_form(self, q):
+        """Q(set ⊆ A) = [T ⊆ A] q(A ∖ T) / (1 − q(T)), T the top k − 1 tokens."""
+        return _off_forced(q, _top_mask(q, self.k - 1))
 
     def _joint(self, q):
         order = ranked(q)
@@ -190,6 +471,7 @@ class Greedy(DraftLaw):
         return torch.cat([top, last.unsqueeze(-1)], dim=-1)
 
 
+@register
 @dataclass(frozen=True)
 class TopK(DraftLaw):
     """Deterministic top-k drafts (EAGLE-2/3, SGLang): x̄ = the k most likely tokens of q, Q(x̄) = 1."""
@@ -202,6 +484,16 @@ class TopK(DraftLaw):
 
     def min_support(self) -> int:
         return 1
+
+    def tuple_count(self, q):
+        return 1
+
+    def dual_form(self):
+        return _MODULAR
+
+    def modular_form(self, q):
+        """Q(set ⊆ A) = [top k ⊆ A]."""
+        return _top_mask(q, self.k), np.zeros(q.shape), np.ones(q.shape[:-1])
 
     def _joint(self, q):
         yield tuple(int(t) for t in ranked(q)[: self.k]), 1.0
@@ -248,6 +540,9 @@ class Joint(DraftLaw):
             raise ValueError(f"table probabilities must sum to 1 (within 1e-6), got {total:.9g}")
         object.__setattr__(self, "k", lengths.pop())
         object.__setattr__(self, "table", tuple((x, w / total) for x, w in rows if w > 0))
+
+    def tuple_count(self, q):
+        return len(self.table)
 
     def check(self, q: np.ndarray, name: str = "q") -> None:
         top = max(max(x) for x, _ in self.table)

@@ -23,7 +23,7 @@ import scipy.stats
 import torch
 
 from mdsd.data import REAL_TEMPERATURES, real_pairs
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
+from mdsd.laws import DraftLaw, law_from_name, law_names, supports
 from mdsd.otm import optimal_acceptance
 from mdsd.toy import toy_pair
 from mdsd.validation import as_pair
@@ -32,13 +32,7 @@ from mdsd.verifiers.rrsw import ENUMERATION_LIMIT as RRSW_ENUMERATION_LIMIT
 
 __all__ = ["LAWS", "ReportConfig", "Block", "make_law", "toy_blocks", "real_blocks", "report", "summarise"]
 
-LAWS = ("iid", "without_replacement", "hub", "greedy", "topk")
-_LAW_TYPES: dict[str, type[DraftLaw]] = {
-    "iid": IID,
-    "without_replacement": WithoutReplacement,
-    "greedy": Greedy,
-    "topk": TopK,
-}
+LAWS = law_names()  # every registered draft law (mdsd.laws)
 
 
 @dataclass(frozen=True)
@@ -95,9 +89,7 @@ def make_law(name: str, k: int) -> DraftLaw | None:
     >>> make_law("without_replacement", 3), make_law("hub", 3)
     (WithoutReplacement(k=3), None)
     """
-    if name == "hub":
-        return Hub() if k == 2 else None
-    return _LAW_TYPES[name](k)
+    return law_from_name(name, k) if supports(name, k) else None
 
 
 def toy_blocks(config: ReportConfig) -> list[Block]:

@@ -110,3 +110,24 @@ def check_k(k: object, name: str = "k", *, minimum: int = 1) -> int:
     if k < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {k}")
     return int(k)
+
+
+def check_acceptance_vector(acceptance: object, name: str = "acceptance") -> np.ndarray:
+    """A per-position acceptance vector (Sequoia): finite entries in [0, 1] summing to at most 1.
+
+    Entry j is the probability that a node's (j+1)-th child is the one accepted: exclusive events.
+
+    >>> check_acceptance_vector([0.5, 0.25]).tolist()
+    [0.5, 0.25]
+    """
+    try:
+        a = np.asarray(acceptance, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a list of numbers, got {acceptance!r}") from None
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be a non-empty vector, got shape {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+        raise ValueError(f"{name} entries must be finite and in [0, 1], got {a.tolist()}")
+    if a.sum() > 1 + 1e-9:
+        raise ValueError(f"{name} entries are exclusive events and must sum to <= 1, got {a.sum():.6g}")
+    return a

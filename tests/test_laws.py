@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+import mdsd
+import mdsd.laws
 from mdsd import IID, Greedy, Hub, Joint, TopK, WithoutReplacement
+from mdsd.laws import DraftLaw, law_from_name, law_names, register, supports
 
 ALPHA = 1e-3  # false-alarm rate of each chi-square test below
 
@@ -226,3 +232,155 @@ def test_k_must_be_positive(k):
 def test_k_must_be_an_integer():
     with pytest.raises(TypeError, match="k must be an integer"):
         WithoutReplacement(2.0)
+
+
+# ----- the registry -----
+
+
+def test_registry_builds_every_law_by_name_and_alias():
+    assert law_names() == ("iid", "without_replacement", "hub", "greedy", "topk")
+    assert law_from_name("iid", 3) == IID(3)
+    assert law_from_name("without_replacement", 2) == law_from_name("wor", 2) == WithoutReplacement(2)
+    assert law_from_name("hub", 2) == Hub()
+    assert law_from_name("greedy", 4) == Greedy(4) and law_from_name("topk", 1) == TopK(1)
+    assert supports("hub", 2) and not supports("hub", 3) and supports("wor", 7)
+
+
+@pytest.mark.parametrize(
+    "name, k, error, match",
+    [
+        ("beam", 2, ValueError, "law must be one of iid, without_replacement \\(wor\\), hub"),
+        ("hub", 3, ValueError, "the hub law has k = 2 drafts; got k = 3"),
+        ("iid", 0, ValueError, "k must be >= 1"),
+        ("greedy", 2.0, TypeError, "k must be an integer"),
+    ],
+)
+def test_registry_refuses_unknown_names_and_unsupported_k(name, k, error, match):
+    with pytest.raises(error, match=match):
+        law_from_name(name, k)
+
+
+def test_register_refuses_a_taken_name(monkeypatch):
+    monkeypatch.setattr(mdsd.laws, "_REGISTRY", dict(mdsd.laws._REGISTRY))
+
+    @dataclass(frozen=True)
+    class Other(IID):
+        name = "other"
+        aliases = ("wor",)
+
+    with pytest.raises(ValueError, match="'wor' is already registered to WithoutReplacement"):
+        register(Other)
+
+
+def test_a_new_law_needs_only_its_class(monkeypatch):
+    """A law written and registered here is built by name and solved (no dual: max-flow, LP) with no other
+    change: k copies of one draw x ~ q accept Σ min(p, q), like a single draft."""
+    monkeypatch.setattr(mdsd.laws, "_REGISTRY", dict(mdsd.laws._REGISTRY))
+
+    @register
+    @dataclass(frozen=True)
+    class Echo(DraftLaw):
+        name = "echo"
+
+        def _joint(self, q):
+            for x in np.flatnonzero(q).tolist():
+                yield (x,) * self.k, q[x]
+
+        def _sample(self, q, generator):
+            x = torch.multinomial(q.reshape(-1, q.shape[-1]), 1, generator=generator)
+            return x.expand(-1, self.k).reshape(*q.shape[:-1], self.k)
+
+    assert "echo" in law_names()
+    law = law_from_name("echo", 3)
+    p, q = np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.1, 0.1, 0.4, 0.4])
+    for method in ("auto", "lp", "maxflow"):
+        assert mdsd.solve_otm(p, q, law, method=method).value == pytest.approx(0.4, abs=1e-12)
+    assert law.containment(q, np.array([True, False, True, False])) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="does not support"):
+        mdsd.solve_otm(p, q, law, method="dual")
+
+
+# ----- the containment probability Q(set(x̄) ⊆ A) -----
+
+
+def extreme_qs(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    """Drafts spanning the float range: log-uniform to 1e-300, softmax at T = 0.01, decades with ties,
+    denormals, exact zeros."""
+    z = rng.standard_normal(n) / 0.01
+    qs = [
+        10.0 ** rng.uniform(-300.0, 0.0, n),
+        np.exp(z - z.max()),
+        10.0 ** -rng.choice([0.0, 8.0, 16.0, 16.0, 310.0], n),
+        np.where(rng.random(n) < 0.4, 0.0, rng.dirichlet(np.ones(n))),
+    ]
+    out = []
+    for q in qs:
+        if q.sum() == 0:
+            q[0] = 1.0
+        out.append(q / q.sum())
+    return out
+
+
+CONTAINMENT_LAWS = [
+    IID(1),
+    IID(3),
+    WithoutReplacement(1),
+    WithoutReplacement(2),
+    WithoutReplacement(3),
+    WithoutReplacement(4),
+    Hub(),
+    Greedy(1),
+    Greedy(3),
+    TopK(2),
+    Joint({(0, 1): 0.5, (2, 2): 0.25, (3, 0): 0.25}),
+]
+
+
+def enumerated_containment(joint: dict[tuple[int, ...], float], inside: np.ndarray) -> float:
+    return float(sum(w for x, w in joint.items() if inside[list(x)].all()))
+
+
+@pytest.mark.parametrize("law", CONTAINMENT_LAWS, ids=repr)
+def test_containment_equals_the_enumerated_joint(law):
+    """Each law's formula for Q(set ⊆ A) (closed forms, the race integral) against its own enumerated
+    joint (itself checked against the sequential process above), over every A ⊆ V."""
+    rng = np.random.default_rng(3)
+    for n in (4, 6):
+        for q in extreme_qs(rng, n):
+            if np.count_nonzero(q) < law.min_support():
+                continue
+            joint = law.joint(q)
+            assert law.tuple_count(q) >= len(joint)  # tuples of tiny Q(x̄) may underflow to 0
+            for inside in itertools.product([False, True], repeat=n):
+                inside = np.array(inside)
+                want = enumerated_containment(joint, inside)
+                assert law.containment(q, inside) == pytest.approx(want, abs=1e-12), (q, inside)
+
+
+@pytest.mark.parametrize(
+    "law", [law for law in CONTAINMENT_LAWS if law.name in ("iid", "without_replacement")]
+)
+def test_prefix_statistics_equal_or_bound_the_containment_at_every_prefix(law):
+    """Exact statistics equal the enumeration at every prefix; inexact ones (k ≥ 3 without replacement)
+    are an upper bound, with containment_lower below and prefix_containment equal."""
+    rng = np.random.default_rng(4)
+    for n in (5, 7):
+        for q in extreme_qs(rng, n):
+            if np.count_nonzero(q) < law.min_support():
+                continue
+            qs = q[rng.permutation(n)]
+            stats_ = law.prefix_statistics(qs)
+            sums = np.concatenate([np.zeros((stats_.weights.shape[0], 1)), np.cumsum(stats_.weights, -1)], -1)
+            outside = np.concatenate([np.cumsum(qs[::-1])[::-1], [0.0]])
+            by_sums = stats_.containment(sums, outside)
+            joint = law.joint(qs)
+            exact = [enumerated_containment(joint, np.arange(n) < j) for j in range(n + 1)]
+            assert law.dual_form().exact == stats_.exact
+            if stats_.exact:
+                np.testing.assert_allclose(by_sums, exact, rtol=0, atol=1e-14)
+                continue
+            assert np.all(by_sums >= np.array(exact) - 1e-15)
+            values, errors = law.prefix_containment(qs)
+            np.testing.assert_allclose(values, exact, rtol=0, atol=1e-12)
+            for j in range(n + 1):
+                assert law.containment_lower(qs[:j], outside[j]) <= exact[j] + 1e-15

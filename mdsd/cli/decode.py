@@ -3,6 +3,7 @@
     mdsd decode --target PATH --draft PATH --tree binary:4 --verifier spechub --temperature 0.6 --prompt "..."
     mdsd decode --pair qwen2.5-coder --tree dynamic:6,2,3,16 --prompts-file prompts.txt --max-new-tokens 128
     mdsd decode --pair qwen2.5-coder --tree chain:16 --adaptive grow --batch-file prompts.txt
+    mdsd decode --pair qwen2.5-coder --tree binary:3 --temperature 0.6 --prompts-file prompts.txt --compare
 
 Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...`` (branching per depth),
 ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (grown each step from the draft's probabilities, see
@@ -11,6 +12,10 @@ grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink
 ``--prompt``/``--prompts-file`` are decoded one at a time; ``--batch-file`` decodes all its lines together in
 one batch (one target forward per step for all of them). Prints each generated text, its tokens per step,
 and a summary: tokens per target forward, tokens per second and where the time went.
+
+``--compare`` also runs Hugging Face's autoregressive sampling and assisted generation (HF's default draft
+settings) on the same prompts, seeds (prompt i: seed + i) and budget, counts every method's target and draft
+forwards with the same hook, and prints a table (:func:`mdsd.hf.comparison.compare`).
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the sampling generator (default: %(default)s)"
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run HF autoregressive sampling and HF assisted generation on the same prompts and seeds, "
+        "and print a table of tokens per target forward (prompts one at a time)",
+    )
     parser.add_argument("--dtype", default="float32", help="model dtype (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of both models (default: %(default)s)")
     parser.set_defaults(func=run)
@@ -117,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--verifier must be one of {', '.join(VERIFIERS)}; got {args.verifier!r}")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
+    if args.compare and args.batch_file:
+        raise ValueError(
+            "--compare decodes prompts one at a time: give --prompt or --prompts-file, not --batch-file"
+        )
     if args.pair:
         if args.target or args.draft:
             raise ValueError("give either --pair or --target and --draft, not both")
@@ -140,7 +155,14 @@ def run(args: argparse.Namespace) -> int:
         if not ids:
             raise ValueError(f"prompt {i} encodes to no tokens")
         encoded.append(ids)
-    if args.batch_file:
+    comparison = None
+    if args.compare:
+        from mdsd.hf.comparison import TreeMethod
+
+        mdsd_method = TreeMethod(tree, args.verifier, depth, label=args.tree)
+        comparison = _compare(args, mdsd_method, encoded, target, draft)
+        outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
+    elif args.batch_file:
         outs = decoder.generate_batch(encoded, args.max_new_tokens, generator)
     else:
         bar = tqdm(encoded, desc="prompts", unit="prompt", file=sys.stderr)
@@ -172,4 +194,30 @@ def run(args: argparse.Namespace) -> int:
         f"forwards = {tokens / steps:.3f} tokens per target forward; {tokens / seconds:.2f} tokens/s"
         + (f" ({where})" if where else "")
     )
+    if comparison is not None:
+        print(
+            f"\nSame prompts, seeds and budget; forwards counted by one hook for every method; "
+            f"95% CI: {comparison.interval}."
+        )
+        print(comparison.markdown(), end="")
     return 0
+
+
+def _compare(args, mdsd_method, encoded, target, draft):
+    """HF autoregressive sampling, HF assisted generation and ``mdsd_method`` on the same prompts."""
+    from tqdm import tqdm
+
+    from mdsd.hf.comparison import compare
+
+    methods = ["hf-autoregressive", "hf-assisted", mdsd_method]
+    with tqdm(total=len(methods) * len(encoded), desc="compare", unit="decode", file=sys.stderr) as bar:
+        return compare(
+            methods,
+            encoded,
+            target,
+            draft,
+            args.max_new_tokens,
+            args.temperature,
+            seed=args.seed,
+            progress=lambda method, prompt: bar.update(1),
+        )

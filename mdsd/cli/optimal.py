@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdsd.otm import METHODS, law_from_name, solve_otm
-from mdsd.otm.solve import LAWS
+from mdsd.laws import law_from_name, law_names
+from mdsd.otm import METHODS, solve_otm
 
 # The built-in example (quoted in the module docstring, which is the command's help).
 EXAMPLE_P = [0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]
@@ -65,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_pair_arguments(parser)
-    parser.add_argument("--law", default="iid", help=f"draft law: {', '.join(LAWS)} (default iid)")
+    parser.add_argument("--law", default="iid", help=f"draft law: {', '.join(law_names())} (default iid)")
     parser.add_argument("--k", type=int, default=2, help="number of drafts (default 2)")
     parser.add_argument("--method", default="auto", help=f"solver: {', '.join(METHODS)} (default auto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             "n": int(np.size(p)),
             "method": result.method,
             "status": result.status,
+            "basis": result.basis,
+            "error": result.error,
             "message": result.message,
             "cut": list(result.cut),
             "cut_value": result.cut_value,
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     source = "built-in example" if example else f"p={args.p}, q={args.q}"
     print(f"optimal acceptance α* = {result.value:.12g}   ({law!r}, n = {np.size(p)}, {source})")
-    print(f"method: {result.method} ({result.message}); status: {result.status}")
+    print(f"method: {result.method} ({result.message}); status: {result.status} ({result.basis})")
     shown = ", ".join(map(str, result.cut[:20])) + (", ..." if len(result.cut) > 20 else "")
     print(f"certificate: A = {{{shown}}} ({len(result.cut)} tokens)", end=", ")
     print(f"p(A) + 1 − Q(set ⊆ A) = {result.cut_value:.12g}")

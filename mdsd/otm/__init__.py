@@ -5,10 +5,10 @@ alone (batched over leading axes for the dual), ``optimal_acceptance_table`` man
 ``optimal_coupling`` a whole optimal plan. See ../shared/MATH.md §1.
 """
 
+from mdsd.laws import law_from_name  # re-exported: the registry lives in mdsd.laws
 from mdsd.otm.result import OTMResult
 from mdsd.otm.solve import (
     METHODS,
-    law_from_name,
     optimal_acceptance,
     optimal_acceptance_table,
     optimal_coupling,

@@ -7,51 +7,42 @@ Only the accepting variables π(x̄, y), y ∈ set(x̄), are kept:
           \\sum_{y \\in \\mathrm{set}(\\bar x)} \\pi(\\bar x, y) \\le Q(\\bar x), \\;
           \\sum_{\\bar x \\ni y} \\pi(\\bar x, y) \\le p(y), \\; \\pi \\ge 0.
 
-The constraint matrix is the incidence matrix of a bipartite graph (totally unimodular), so the dual
-simplex ends at an integral dual: the token rows with dual 1 form a minimum cut A, the certificate.
+Tuples with the same set(x̄) are interchangeable, so the LP runs on the draft sets (:mod:`network`). The
+constraint matrix is the incidence matrix of a bipartite graph (totally unimodular), so the simplex ends at
+an integral dual: the token rows with dual 1 form a minimum cut A, the certificate. HiGHS runs silently
+through :func:`mdsd.highs.solve_sparse_lp`, which raises unless the optimum is proven.
 Sun et al., "SpecHub", EMNLP 2024; see ../shared/MATH.md §1.
 """
 
 from __future__ import annotations
 
-import highspy
 import numpy as np
 from scipy import sparse
 
+from mdsd.highs import solve_sparse_lp
 from mdsd.otm.network import Network
 from mdsd.otm.result import OTMResult
 
 
-def accepted_flow(p: np.ndarray, net: Network) -> tuple[np.ndarray, np.ndarray, str]:
-    """Solve the simplified LP: (edge flows [E], token-row duals [n], HiGHS status text)."""
-    n_edges, n_tuples = net.edge_tuple.size, net.tuples.shape[0]
-    rows = np.concatenate([net.edge_tuple, n_tuples + net.edge_token])
+def accepted_flow(p: np.ndarray, net: Network) -> tuple[np.ndarray, np.ndarray]:
+    """Solve the simplified LP on the draft sets: (edge flows [E], token-row duals [n]).
+
+    Raises :class:`mdsd.highs.LPError` unless HiGHS proves the optimum.
+    """
+    n_edges, n_sets = net.edge_set.size, net.sets.shape[0]
+    rows = np.concatenate([net.edge_set, n_sets + net.edge_token])
     cols = np.concatenate([np.arange(n_edges), np.arange(n_edges)])
-    matrix = sparse.csc_matrix((np.ones(2 * n_edges), (rows, cols)), shape=(n_tuples + net.n, n_edges))
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n_edges, n_tuples + net.n
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.col_cost_ = np.ones(n_edges)
-    lp.col_lower_ = np.zeros(n_edges)
-    lp.col_upper_ = np.full(n_edges, highspy.kHighsInf)
-    lp.row_lower_ = np.full(n_tuples + net.n, -highspy.kHighsInf)
-    lp.row_upper_ = np.concatenate([net.weight, p])
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr
-    lp.a_matrix_.index_ = matrix.indices
-    lp.a_matrix_.value_ = matrix.data
-    highs = highspy.Highs()
-    highs.setOptionValue("output_flag", False)
-    highs.setOptionValue("solver", "simplex")
-    highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    highs.passModel(lp)
-    highs.run()
-    status = highs.modelStatusToString(highs.getModelStatus())
-    solution = highs.getSolution()
-    flow = np.clip(np.asarray(solution.col_value), 0.0, None)
-    duals = np.abs(np.asarray(solution.row_dual)[n_tuples:])
-    return flow, duals, status
+    matrix = sparse.csc_matrix((np.ones(2 * n_edges), (rows, cols)), shape=(n_sets + net.n, n_edges))
+    upper = np.concatenate([net.set_weight, p])
+    lp = solve_sparse_lp(
+        np.ones(n_edges),
+        matrix,
+        np.full(upper.size, -np.inf),
+        upper,
+        np.zeros(n_edges),
+        np.full(n_edges, np.inf),
+    )
+    return np.clip(lp.x, 0.0, None), np.abs(lp.row_dual[n_sets:])
 
 
 def solve_lp(p: np.ndarray, net: Network) -> OTMResult:
@@ -63,17 +54,15 @@ def solve_lp(p: np.ndarray, net: Network) -> OTMResult:
     >>> round(solve_lp(np.array([1.0, 0.0]), build_network(q, IID(2))).value, 9)
     0.75
     """
-    flow, duals, status = accepted_flow(p, net)
+    flow, duals = accepted_flow(p, net)
     cut, cut_value = net.best_level_cut(p, duals)
-    keys = net.keys()
-    edges = zip(net.edge_tuple, net.edge_token, flow, strict=True)
-    pairs = {(keys[t], int(y)): float(f) for t, y, f in edges if f > 0}
     return OTMResult(
         value=float(flow.sum()),
         method="lp",
-        status="optimal" if status == "Optimal" else status.lower(),
-        message=f"HiGHS simplex on {flow.size} accepting variables: {status}",
+        status="optimal",
+        basis="LP simplex optimality (HiGHS)",
+        message=f"HiGHS simplex on {flow.size} accepting variables over {net.sets.shape[0]} draft sets",
         cut=cut,
         cut_value=cut_value,
-        flow=pairs,
+        flow=net.tuple_flow(flow),
     )

@@ -1,8 +1,9 @@
 """The OTM problem as a maximum flow (SpecHub, Appendix E), solved with networkx.
 
-Network: source → draft tuple x̄ (capacity Q(x̄)) → every token y ∈ set(x̄) (unbounded) → sink
-(capacity p(y)). The maximum flow is α*; the source side of a minimum cut, restricted to tokens, is the
-minimising set A of the dual :math:`\\min_A p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A)`.
+Network: source → draft set S = set(x̄) (capacity Q(set(x̄) = S)) → every token y ∈ S (unbounded) → sink
+(capacity p(y)); each set's flow is then split over its tuples in proportion to Q(x̄). The maximum flow
+is α*; the source side of a minimum cut, restricted to tokens, is the minimising set A of the dual
+:math:`\\min_A p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A)`.
 Sun et al., "SpecHub", EMNLP 2024; see ../shared/MATH.md §1.
 """
 
@@ -19,7 +20,7 @@ _RESIDUAL_TOL = 1e-12  # residual capacity below this counts as saturated (float
 
 
 def solve_maxflow(p: np.ndarray, net: Network) -> OTMResult:
-    """α* as the maximum flow of the tuple-token network, with the flow and a minimum cut.
+    """α* as the maximum flow of the set-token network, with the flow and a minimum cut.
 
     >>> from mdsd.laws import IID
     >>> from mdsd.otm.network import build_network
@@ -28,11 +29,10 @@ def solve_maxflow(p: np.ndarray, net: Network) -> OTMResult:
     0.75
     """
     graph = nx.DiGraph()
-    keys = net.keys()
-    for t, w in enumerate(net.weight):
-        graph.add_edge("source", ("x", t), capacity=float(w))
-    for t, y in zip(net.edge_tuple.tolist(), net.edge_token.tolist(), strict=True):
-        graph.add_edge(("x", t), ("y", y))  # no capacity attribute: unbounded
+    for s, w in enumerate(net.set_weight):
+        graph.add_edge("source", ("x", s), capacity=float(w))
+    for s, y in zip(net.edge_set.tolist(), net.edge_token.tolist(), strict=True):
+        graph.add_edge(("x", s), ("y", y))  # no capacity attribute: unbounded
     for y in range(net.n):
         graph.add_edge(("y", y), "sink", capacity=float(p[y]))
     # An augmenting-path algorithm: preflow-push strands float excess when capacities span ~1e-18..1
@@ -49,17 +49,15 @@ def solve_maxflow(p: np.ndarray, net: Network) -> OTMResult:
                 stack.append(v)
     inside = np.zeros(net.n, dtype=bool)
     inside[[y for kind, y in (v for v in reach if isinstance(v, tuple)) if kind == "y"]] = True
-    pairs = {}
-    for t, y in zip(net.edge_tuple.tolist(), net.edge_token.tolist(), strict=True):
-        f = residual[("x", t)][("y", y)]["flow"]
-        if f > 0:
-            pairs[(keys[t], y)] = float(f)
+    edges = zip(net.edge_set.tolist(), net.edge_token.tolist(), strict=True)
+    flow = np.array([max(residual[("x", s)][("y", y)]["flow"], 0.0) for s, y in edges])
     return OTMResult(
         value=value,
         method="maxflow",
         status="optimal",
+        basis="max-flow min-cut",
         message=f"boykov_kolmogorov: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} arcs",
         cut=tuple(np.flatnonzero(inside).tolist()),
         cut_value=net.cut(p, inside),
-        flow=pairs,
+        flow=net.tuple_flow(flow),
     )

@@ -18,7 +18,14 @@ class OTMResult:
     method : str
         The solver that produced it ("coupling", "lp", "maxflow" or "dual").
     status : str
-        "optimal" when the solver certified optimality.
+        "optimal" where the value is proven optimal (an LP or max-flow solver's optimum, a theorem's scan
+        or closed form); "conjectured" where it rests on an unproven claim (the sorted-prefix scan for
+        k ≥ 3 drafts without replacement, checked against brute force in the tests).
+    basis : str
+        What the value rests on: "max-flow min-cut", "LP simplex optimality (HiGHS)", "LP optimality (full
+        coupling, cvxpy/HiGHS)", "sorted-prefix theorem (i.i.d. drafts)", "sorted-prefix theorem (drafts
+        without replacement, k <= 2)", "closed form (containment modular beyond a forced set)", or
+        "sorted-prefix conjecture + race quadrature (error <= ...)".
     message : str
         Solver details, human readable.
     cut : tuple of int
@@ -27,6 +34,10 @@ class OTMResult:
     cut_value : float
         :math:`p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A)` for ``cut``; an upper bound on α*
         that equals ``value`` at the optimum.
+    error : float
+        Estimated absolute error of ``value`` from numerical integration (the race quadrature of drafts
+        without replacement, k ≥ 3); 0.0 where no integral enters (then exact up to float rounding, or
+        to the 1e-10 feasibility tolerance of the LP solvers).
     flow : dict or None
         The accepted mass {(x̄, y): π(x̄, y)} over y ∈ set(x̄) (a feasible flow whose total is
         ``value``: Σ_y π(x̄, y) ≤ Q(x̄), Σ_x̄ π(x̄, y) ≤ p(y)); None for the dual method.
@@ -38,9 +49,11 @@ class OTMResult:
     value: float
     method: str
     status: str
+    basis: str
     message: str
     cut: tuple[int, ...]
     cut_value: float
+    error: float = 0.0
     flow: dict[Pair, float] | None = None
     plan: dict[Pair, float] | None = None
 

@@ -1,14 +1,18 @@
 """One entry point for the optimal multi-draft acceptance α*(p, Q): validation and method dispatch.
 
-Methods (all exact; they agree to 1e-8 in the tests):
+Methods (exact; they agree to 1e-9 in the tests):
 
-- ``"coupling"``: the full coupling LP in cvxpy (n^k · n variables, tiny n);
-- ``"lp"``: the simplified LP (accepting variables only) as a sparse matrix, HiGHS via highspy;
-- ``"maxflow"``: the tuple-token flow network, networkx preflow-push;
-- ``"dual"``: the min-cut dual by one sort and one scan, O(n log n) (IID, WithoutReplacement, Hub,
-  Greedy, TopK; not Joint);
-- ``"auto"``: ``"dual"`` where it exists, else ``"maxflow"`` for small networks and ``"lp"`` above.
+- ``"coupling"``: the full coupling LP in cvxpy (T · n variables over the T draft tuples, tiny n);
+- ``"lp"``: the simplified LP over the distinct draft sets, HiGHS via :mod:`mdsd.highs`;
+- ``"maxflow"``: the set-token flow network, networkx (Boykov-Kolmogorov augmenting paths);
+- ``"dual"``: the min-cut dual, O(n log n): the sorted-prefix scan or a closed form, as the law's
+  :meth:`~mdsd.laws.DraftLaw.dual_form` says (every registered law; not Joint);
+- ``"auto"``: ``"dual"`` where the law has one, else ``"maxflow"`` for small networks and ``"lp"`` above.
 
+Results say how sure they are (:class:`OTMResult` ``status`` and ``basis``): LP and max-flow optima are
+proven; the dual is proven for i.i.d. drafts, drafts without replacement with k ≤ 2 and the closed forms,
+and "conjectured" for k ≥ 3 drafts without replacement (an unproven sorted-prefix claim, checked against
+brute force in the tests, with a quadrature whose error estimate is reported).
 See ../shared/MATH.md §1 and Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
 """
 
@@ -18,16 +22,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
+from mdsd.laws import DraftLaw, law_from_name
 from mdsd.otm.coupling import solve_coupling
-from mdsd.otm.dual import (
-    CLOSED_FORM_LAWS,
-    PREFIX_LAWS,
-    closed_form_dual,
-    containment,
-    prefix_dual,
-    prefix_table,
-)
+from mdsd.otm.dual import modular_dual, prefix_order, prefix_scan
 from mdsd.otm.lp import solve_lp
 from mdsd.otm.maxflow import solve_maxflow
 from mdsd.otm.network import build_network
@@ -36,30 +33,13 @@ from mdsd.otm.scan import best_gains
 from mdsd.validation import as_pair, check_k
 
 METHODS = ("auto", "dual", "maxflow", "lp", "coupling")
-LAWS = {
-    "iid": IID,
-    "without_replacement": WithoutReplacement,
-    "wor": WithoutReplacement,
-    "hub": lambda k: Hub(),
-    "greedy": Greedy,
-    "topk": TopK,
-}
-MAX_TUPLES = 5_000_000  # enumerated networks larger than this are refused (use the dual)
+_ENUMERATED = {"maxflow": solve_maxflow, "lp": solve_lp, "coupling": solve_coupling}
+MAX_TUPLES = 1_000_000  # enumerated joints larger than this are refused (use the dual)
+# The coupling LP has a row per tuple and T · n variables; cvxpy/HiGHS take about 0.5 ms a tuple (8 s at
+# 16,384 tuples, n = 4, k = 7; 1.8 s at 4,096 tuples, n = 64, k = 2), minutes at n = 4, k = 8.
+MAX_COUPLING_TUPLES = 20_000
+MAX_COUPLING_VARIABLES = 2_000_000
 _MAXFLOW_EDGES = 2_000  # "auto" without a dual: max-flow up to this many accepting edges, LP above
-
-
-def law_from_name(name: str, k: int) -> DraftLaw:
-    """The draft law called ``name`` (iid, without_replacement / wor, hub, greedy, topk) with k drafts.
-
-    >>> law_from_name("wor", 3)
-    WithoutReplacement(k=3)
-    """
-    if name not in LAWS:
-        raise ValueError(f"law must be one of {', '.join(LAWS)}; got {name!r}")
-    k = check_k(k, "k")
-    if name == "hub" and k != 2:
-        raise ValueError(f"the hub law has k = 2 drafts; got k = {k}")
-    return LAWS[name](k)
 
 
 def _validate(p: object, q: object, law: object, method: str) -> tuple[np.ndarray, np.ndarray]:
@@ -72,36 +52,56 @@ def _validate(p: object, q: object, law: object, method: str) -> tuple[np.ndarra
     return p_arr, q_arr
 
 
-def has_dual(law: DraftLaw) -> bool:
-    """Whether ``law`` has the O(n log n) min-cut dual (every law but Joint)."""
-    return isinstance(law, PREFIX_LAWS + CLOSED_FORM_LAWS)
+def check_enumerable(q: np.ndarray, law: DraftLaw, method: str) -> None:
+    """Raise ``ValueError`` if ``method`` (an enumerating one) would build too large a problem for q [n].
 
-
-def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
-    support = float(np.count_nonzero(q))
-    if isinstance(law, (IID, WithoutReplacement)):
-        return support**law.k
-    return float(len(law.table)) if hasattr(law, "table") else support
+    Every enumerating method lists the law's T draft tuples (at most :data:`MAX_TUPLES`); the coupling LP
+    also has a row per tuple and T · n variables (at most :data:`MAX_COUPLING_TUPLES` and
+    :data:`MAX_COUPLING_VARIABLES`).
+    """
+    tuples = law.tuple_count(q)
+    instead = "use method='dual'" if law.dual_form() is not None else "use a smaller vocabulary"
+    if tuples > MAX_TUPLES:
+        raise ValueError(
+            f"{law!r} on {q.size} tokens has too many draft tuples ({tuples} > {MAX_TUPLES}) for method "
+            f"{method!r}; {instead}"
+        )
+    if method == "coupling" and (tuples > MAX_COUPLING_TUPLES or tuples * q.size > MAX_COUPLING_VARIABLES):
+        raise ValueError(
+            f"{law!r} on {q.size} tokens makes a coupling LP of {tuples} tuples and {tuples * q.size} "
+            f"variables (at most {MAX_COUPLING_TUPLES} and {MAX_COUPLING_VARIABLES}); use method='lp' or "
+            "'maxflow'" + (", or 'dual'" if law.dual_form() is not None else "")
+        )
 
 
 def _solve_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> OTMResult:
-    if not has_dual(law):
+    """The dual's minimising set A, and α* = p(A) + 1 − Q(set ⊆ A) from the law's own containment
+    formula for that one set (so ``value == cut_value``); the scan's error estimate comes at a finer step."""
+    form = law.dual_form()
+    if form is None:
         raise ValueError(f"method 'dual' does not support {law!r}; use 'maxflow', 'lp' or 'coupling'")
-    if isinstance(law, PREFIX_LAWS):
-        value, order, best = prefix_dual(p, q, law)
+    basis, error = form.basis, 0.0
+    if form.kind == "prefix":
+        scan = prefix_scan(p, q, law, fine=True)
         inside = np.zeros(p.shape, dtype=bool)
-        inside[order[: int(best)]] = True
+        inside[scan.order[: int(scan.length)]] = True
+        error = float(scan.error)
         how = "sorted-prefix scan over p/q"
+        if not form.exact:
+            basis += f" (error <= {error:.1e})"
     else:
-        value, inside = closed_form_dual(p, q, law)
+        inside = modular_dual(p, q, law)[1]
         how = "closed form"
+    cut_value = float(p[inside].sum()) + 1.0 - law.containment(q, inside)
     return OTMResult(
-        value=float(value),
+        value=min(max(cut_value, 0.0), 1.0),
         method="dual",
-        status="optimal",
+        status="optimal" if form.proven else "conjectured",
+        basis=basis,
         message=f"min-cut dual, {how}",
         cut=tuple(np.flatnonzero(inside).tolist()),
-        cut_value=float(p[inside].sum()) + 1.0 - containment(q, law, inside),
+        cut_value=cut_value,
+        error=error,
     )
 
 
@@ -123,33 +123,36 @@ def solve_otm(p: object, q: object, law: DraftLaw, method: str = "auto") -> OTMR
     Returns
     -------
     OTMResult
-        ``value``, ``method``, ``status``, the minimising set ``cut`` with its ``cut_value``, and the
-        ``flow`` (LP, max-flow, coupling) or ``plan`` (coupling).
+        ``value``, ``method``, ``status`` ("optimal" or "conjectured") and its ``basis``, the minimising
+        set ``cut`` with its ``cut_value``, the quadrature ``error`` estimate (dual, k ≥ 3 drafts without
+        replacement), and the ``flow`` (LP, max-flow, coupling) or ``plan`` (coupling).
+
+    Raises
+    ------
+    ValueError
+        On bad input, a law without a dual for method "dual", or an enumeration beyond
+        :func:`check_enumerable`'s limits. :class:`mdsd.highs.LPError` if an LP solver stops short of
+        a proven optimum.
 
     >>> import mdsd
     >>> r = mdsd.solve_otm([1.0, 0.0], [0.5, 0.5], mdsd.IID(2))  # P(0 is among two fair drafts)
-    >>> r.value, r.cut, r.cut_value
-    (0.75, (1,), 0.75)
+    >>> r.value, r.cut, r.cut_value, r.status, r.basis
+    (0.75, (1,), 0.75, 'optimal', 'sorted-prefix theorem (i.i.d. drafts)')
     """
     p_arr, q_arr = _validate(p, q, law, method)
     if p_arr.ndim != 1:
         raise ValueError(
             f"solve_otm takes one pair of vectors [n]; got shape {p_arr.shape} (use optimal_acceptance)"
         )
-    if method == "auto":
-        method = "dual" if has_dual(law) else None
+    if method == "auto" and law.dual_form() is not None:
+        method = "dual"
     if method == "dual":
         return _solve_dual(p_arr, q_arr, law)
-    if _tuple_count(q_arr, law) > MAX_TUPLES:
-        raise ValueError(
-            f"{law!r} on {q_arr.size} tokens has too many draft tuples for method {method or 'auto'!r}; "
-            "use method='dual'"
-        )
+    check_enumerable(q_arr, law, method)
     net = build_network(q_arr, law)
-    if method is None:
+    if method == "auto":
         method = "maxflow" if net.edge_token.size <= _MAXFLOW_EDGES else "lp"
-    solver = {"maxflow": solve_maxflow, "lp": solve_lp, "coupling": solve_coupling}[method]
-    return solver(p_arr, net)
+    return _ENUMERATED[method](p_arr, net)
 
 
 def optimal_acceptance(p: object, q: object, law: DraftLaw, method: str = "auto") -> float | np.ndarray:
@@ -165,7 +168,7 @@ def optimal_acceptance(p: object, q: object, law: DraftLaw, method: str = "auto"
     array([1.  , 0.75])
     """
     p_arr, q_arr = _validate(p, q, law, method)
-    if method in ("auto", "dual") and has_dual(law):  # the value alone: no certificate to build
+    if method in ("auto", "dual") and law.dual_form() is not None:  # the value alone: no certificate
         values = _dual_values(p_arr, q_arr, law)
         return float(values) if p_arr.ndim == 1 else values
     if p_arr.ndim == 1:
@@ -182,7 +185,7 @@ def optimal_acceptance_table(
     laws: Iterable[str] | dict[str, Iterable[int]] = ("iid", "without_replacement"),
     rows_per_block: int = 16,
 ) -> dict[tuple[str, int], np.ndarray]:
-    """α* for several k and the IID / WithoutReplacement laws, sharing one sort of p/q per row.
+    """α* by the dual for several k and laws, sharing the work between them (one sort of p/q per row).
 
     Parameters
     ----------
@@ -190,10 +193,11 @@ def optimal_acceptance_table(
     ks : iterable of int
         Draft counts.
     laws : iterable of str, or dict
-        Any of "iid", "without_replacement" (alias "wor"), each with every k of ``ks``; or a dict
-        {law name: its own ks}, e.g. ``{"iid": range(1, 9), "wor": [2]}``. Result names are canonical.
+        Registered law names (:func:`mdsd.laws.law_names`, aliases allowed), each with every k of ``ks``;
+        or a dict {law name: its own ks}, e.g. ``{"iid": range(1, 9), "wor": [2], "hub": [2]}``. Result
+        names are canonical.
     rows_per_block : int
-        Rows processed together (bounds memory at about 10 · rows_per_block · n floats).
+        Rows processed together by the race quadrature (k ≥ 3 drafts without replacement).
 
     Returns
     -------
@@ -207,52 +211,57 @@ def optimal_acceptance_table(
     """
     ks = list(ks)
     wanted = laws if isinstance(laws, dict) else {name: ks for name in laws}
-    items = []
+    items: dict[tuple[str, int], DraftLaw] = {}
     for name, law_ks in wanted.items():
-        if name not in ("iid", "without_replacement", "wor"):
-            raise ValueError(f"laws must be 'iid' or 'without_replacement' ('wor'); got {name!r}")
-        canonical = "without_replacement" if name == "wor" else name
-        items += [(canonical, check_k(k, "ks")) for k in law_ks]
+        for k in law_ks:
+            law = law_from_name(name, check_k(k, "ks"))
+            if law.dual_form() is None:
+                raise ValueError(f"laws: {name!r} has no dual; the table needs one")
+            items[(law.name, law.k)] = law
     p_arr, q_arr = as_pair(p, q)
-    support = int(np.count_nonzero(q_arr > 0, axis=-1).min())
-    for name, k in items:
-        law = law_from_name(name, k)
-        if law.min_support() > support:
-            law.check(q_arr)  # raises, naming q
+    for law in items.values():
+        law.check(q_arr)  # raises, naming q
     check_k(rows_per_block, "rows_per_block")
     lead = p_arr.shape[:-1]
     flat_p, flat_q = p_arr.reshape(-1, p_arr.shape[-1]), q_arr.reshape(-1, q_arr.shape[-1])
-    scanned = [(name, k) for name, k in items if name == "iid" or k <= 2]
-    table = _scan_rows(flat_p, flat_q, scanned) if scanned else {}
-    rest = {item: np.empty(flat_p.shape[0]) for item in items if item not in table}
-    for start in range(0, flat_p.shape[0] if rest else 0, rows_per_block):
+    kinds = {key: law.dual_form() for key, law in items.items()}
+    scanned = [law for key, law in items.items() if kinds[key].kind == "prefix" and kinds[key].exact]
+    gains = _scan_rows(flat_p, flat_q, scanned)
+    table = {}
+    for key, law in items.items():
+        if kinds[key].kind == "modular":
+            table[key] = modular_dual(flat_p, flat_q, law)[0]
+        elif kinds[key].exact:
+            table[key] = gains[law]
+        else:
+            table[key] = np.empty(flat_p.shape[0])
+    integrated = [key for key in items if kinds[key].kind == "prefix" and not kinds[key].exact]
+    for start in range(0, flat_p.shape[0] if integrated else 0, rows_per_block):
         block = slice(start, start + rows_per_block)
-        for key, values in prefix_table(flat_p[block], flat_q[block], list(rest)).items():
-            rest[key][block] = values
-    table.update(rest)
+        order = prefix_order(flat_p[block], flat_q[block])
+        for key in integrated:
+            table[key][block] = prefix_scan(flat_p[block], flat_q[block], items[key], order=order).value
     return {key: table[key].reshape(lead) for key in items}
 
 
-def _scan_rows(
-    p: np.ndarray, q: np.ndarray, items: list[tuple[str, int]]
-) -> dict[tuple[str, int], np.ndarray]:
-    """α* per row of p, q [B, n] for IID / WithoutReplacement k <= 2 items by the bucketed scan."""
-    out = {item: np.empty(p.shape[0]) for item in items}
-    for row in range(p.shape[0]):
-        for item, gain in best_gains(p[row], q[row], items).items():
-            out[item][row] = gain
-    return {item: np.clip(1.0 - gains, 0.0, 1.0) for item, gains in out.items()}
+def _scan_rows(p: np.ndarray, q: np.ndarray, laws: list[DraftLaw]) -> dict[DraftLaw, np.ndarray]:
+    """α* per row of p, q [B, n] for prefix laws with exact statistics, by the bucketed scan."""
+    out = {law: np.empty(p.shape[0]) for law in laws}
+    for row in range(p.shape[0] if laws else 0):
+        for law, gain in best_gains(p[row], q[row], laws).items():
+            out[law][row] = gain
+    return {law: np.clip(1.0 - gains, 0.0, 1.0) for law, gains in out.items()}
 
 
 def _dual_values(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> np.ndarray:
-    """α* [...] by the dual, value only: closed form, bucketed scan (IID, WoR k <= 2) or full sort."""
-    if isinstance(law, CLOSED_FORM_LAWS):
-        return closed_form_dual(p, q, law)[0]
-    if isinstance(law, WithoutReplacement) and law.k > 2:
-        return prefix_dual(p, q, law)[0]
-    item = ("iid" if isinstance(law, IID) else "without_replacement", law.k)
+    """α* [...] by the dual, value only: closed form, bucketed scan (exact statistics) or the full sort."""
+    form = law.dual_form()
+    if form.kind == "modular":
+        return modular_dual(p, q, law)[0]
+    if not form.exact:
+        return prefix_scan(p, q, law).value
     flat_p, flat_q = p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1])
-    return _scan_rows(flat_p, flat_q, [item])[item].reshape(p.shape[:-1])
+    return _scan_rows(flat_p, flat_q, [law])[law].reshape(p.shape[:-1])
 
 
 def optimal_coupling(p: object, q: object, law: DraftLaw) -> OTMResult:
@@ -274,8 +283,7 @@ def optimal_coupling(p: object, q: object, law: DraftLaw) -> OTMResult:
     p_arr, q_arr = _validate(p, q, law, "lp")
     if p_arr.ndim != 1:
         raise ValueError(f"optimal_coupling takes one pair of vectors [n]; got shape {p_arr.shape}")
-    if _tuple_count(q_arr, law) > MAX_TUPLES:
-        raise ValueError(f"{law!r} on {q_arr.size} tokens has too many draft tuples to build a coupling")
+    check_enumerable(q_arr, law, "lp")
     net = build_network(q_arr, law)
     result = solve_lp(p_arr, net)
     keys = net.keys()
@@ -289,9 +297,10 @@ def optimal_coupling(p: object, q: object, law: DraftLaw) -> OTMResult:
         matrix += np.outer(rho, r) / r.sum()  # rows then sum to Q exactly; columns to p up to rounding
     plan = {(keys[t], int(y)): float(matrix[t, y]) for t, y in np.argwhere(matrix > 0)}
     return OTMResult(
-        value=float(matrix[net.edge_tuple, net.edge_token].sum()),
+        value=float((matrix * net.sets[net.group]).sum()),
         method="lp",
         status=result.status,
+        basis=result.basis,
         message=result.message + "; plan rebuilt from the residuals",
         cut=result.cut,
         cut_value=result.cut_value,

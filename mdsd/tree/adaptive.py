@@ -10,7 +10,7 @@ output: every node's children are still drawn by its verifier's law (MATH.md §4
 * :class:`ExpectedRate` — maximise expected tokens per second: per row, the chance that a drafted level is
   accepted given its parent was is estimated online (a Beta posterior per depth), the expected tokens of the
   tree truncated at depth L follow (MATH.md §4, Sequoia's F with one acceptance per level), and the step time
-  comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.costs.step_seconds`).
+  comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.depth_seconds` of measured profiles).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import torch
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.draft import Pending, draft_tree
-from mdsd.tree.plan import DynamicTree, Plan, static_plan
+from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
 from mdsd.tree.step import target_tree, verify_nodes, walk
 from mdsd.tree.tree import Tree
 
@@ -63,6 +63,9 @@ class TreeDecodeOutput:
         Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
         Draft-model forward passes run while this prompt was decoded.
+    step_seconds : list of float
+        Wall time of each step (the whole batch's step), read between the steps' host synchronisations, so
+        measuring it costs nothing on an accelerator.
     timings : dict of str to float
         Seconds: ``total``, and per phase (``draft``, ``target``, ``verify``, ``cache``) when the decoder
         profiles (always on the CPU; on an accelerator only with ``profile=True``, which synchronises the
@@ -77,6 +80,7 @@ class TreeDecodeOutput:
     accepted_per_step: list[int]
     depth_per_step: list[int]
     draft_forwards: int
+    step_seconds: list[float]
     timings: dict[str, float]
     stopped_by_eos: bool = False
 
@@ -93,6 +97,7 @@ class _Row:
     accepted_per_step: list[int] = field(default_factory=list)
     depth_per_step: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    step_seconds: list[float] = field(default_factory=list)
     eos: bool = False
 
 
@@ -104,10 +109,12 @@ class TreeDecoder:
     target, draft : transformers causal LMs
         Models sharing one vocabulary (checked: ``config.vocab_size`` and the output layer sizes).
         They must return a dynamic key/value cache and accept 4-D float attention masks
-        (Llama, Qwen2, Mistral, ... with ``attn_implementation`` "eager" or "sdpa").
-    tree : Tree or DynamicTree
-        The token tree drafted at every step: a fixed :class:`~mdsd.tree.tree.Tree`, or a
-        :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities.
+        (Llama, Qwen2, Mistral, ... with ``attn_implementation`` "eager" or "sdpa"). ``draft`` may be
+        None when a ``source`` drafts alone.
+    tree : Tree, DynamicTree or None
+        The token tree the draft model drafts at every step: a fixed :class:`~mdsd.tree.tree.Tree`, or a
+        :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities (None: no model
+        tree, with ``draft=None``).
     verifier : str
         A name of ``mdsd.VERIFIERS``; a node with k children is verified by ``mdsd.verifier(verifier, k)``
         (by single-draft verification when the verifier has no k = 1 form).
@@ -118,6 +125,14 @@ class TreeDecoder:
     depth : DepthPolicy or None
         Adaptive draft depth (:mod:`mdsd.tree.adaptive`): before every step each row drafts ``tree``
         truncated at the depth the policy chooses from its earlier steps. None: always the whole tree.
+    source : mdsd.drafters.Source or None
+        A training-free draft source (prompt lookup, datastore, dictionary, ...). Every step it proposes, from
+        the row's context, up to ``retrieve[0]`` continuations of up to ``retrieve[1]`` tokens; they hang
+        below the root as deterministic chains beside the model's children, whose drawn tokens then come
+        from q without the proposed ones (a mixed node, verified exactly as in
+        :func:`mdsd.tree.step.verify_nodes`). After each step the source observes the row's new context.
+    retrieve : (int, int)
+        (width, depth) of the retrieved chains.
     profile : bool or None
         Time each phase. None: on the CPU only (on an accelerator that costs a device synchronisation per
         phase).
@@ -133,28 +148,47 @@ class TreeDecoder:
     def __init__(
         self,
         target: torch.nn.Module,
-        draft: torch.nn.Module,
-        tree: Tree | DynamicTree,
+        draft: torch.nn.Module | None,
+        tree: Tree | DynamicTree | None,
         verifier: str = "spechub",
         temperature: float = 1.0,
         eos_token_id: int | list[int] | None = None,
         depth: DepthPolicy | None = None,
         profile: bool | None = None,
+        source: object | None = None,
+        retrieve: tuple[int, int] = (1, 4),
     ) -> None:
-        if not isinstance(tree, (Tree, DynamicTree)):
+        if (
+            tree is None
+            and draft is not None
+            or tree is not None
+            and not isinstance(tree, (Tree, DynamicTree))
+        ):
             raise TypeError(f"tree must be an mdsd.Tree or mdsd.DynamicTree, got {type(tree).__name__}")
+        if draft is None and source is None:
+            raise ValueError("give a draft model, a source (mdsd.drafters), or both")
+        if source is not None and not (
+            callable(getattr(source, "propose", None)) and hasattr(source, "observe")
+        ):
+            raise TypeError(
+                f"source must follow mdsd.drafters.Source (propose, observe), got {type(source).__name__}"
+            )
         if depth is not None and not isinstance(depth, DepthPolicy):
             raise TypeError(f"depth must be a DepthPolicy (mdsd.tree.adaptive), got {type(depth).__name__}")
+        if source is not None:
+            if len(retrieve) != 2 or not all(isinstance(x, int) and x >= 1 for x in retrieve):
+                raise ValueError(f"retrieve must be (width, depth), two integers >= 1; got {retrieve!r}")
+        self.target, self.draft, self.tree = target, draft, None if draft is None else tree
+        self.source, self.retrieve = source, tuple(retrieve)
         self.depth_policy = depth
         self._plans: dict[int, Plan] = {}
-        self.plan = self._plan(tree.max_depth if isinstance(tree, Tree) else tree.depth, tree)
+        self.plan = self._plan(self._depth_of(self.tree))
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
             raise TypeError(f"temperature must be a number, got {temperature!r}")
         if not math.isfinite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
-        self.target, self.draft, self.tree = target, draft, tree
         self.temperature = float(temperature)
-        self.vocab_size = _shared_vocab_size(target, draft)
+        self.vocab_size = _shared_vocab_size(target, draft if draft is not None else target)
         self.verifier_name = verifier
         self.verifiers = _node_verifiers(verifier, self.plan, self.temperature)
         widest = max(self.plan.widths, default=0)
@@ -201,20 +235,33 @@ class TreeDecoder:
         t_cache, d_cache = ModelCache(B, dev), ModelCache(B, dev)
         t_pending = d_pending = Pending.from_rows(rows_in, dev)
         active = np.arange(B)  # original row of each batch row
-        policy, full = self.depth_policy, self.plan.max_depth
+        policy, full = self.depth_policy, self._depth_of(self.tree)
+        fork = getattr(self.source, "fork", None)  # a source with per-sequence state: one per row
+        sources = [fork() if fork else self.source for _ in range(B)]
         depths = policy.start(B, full) if policy is not None else None
         while active.size:
             clock = _Clock(dev, timings, profile)
+            step_start = time.perf_counter()
             plan, limit = self.plan, None
             if depths is not None:
                 plan = self._plan(int(depths.max()))
-                if (
-                    depths.min() < depths.max()
-                ):  # rows differ: expansions below a row's depth are switched off
+                if depths.min() < depths.max():  # rows differ: expansions below a row's depth are off
                     limit = torch.as_tensor(depths, device=dev)
+            retrieved = None
+            if self.source is not None:
+                contexts = [rows_in[r] + rows[r].tokens for r in active]
+                retrieved = self._retrieve([sources[r] for r in active], contexts, dev)
             d_start = d_cache.length
             drafted, bad = draft_tree(
-                self.draft, d_cache, d_pending, plan, self.verifiers, self.temperature, generator, limit
+                self.draft,
+                d_cache,
+                d_pending,
+                plan,
+                self.verifiers,
+                self.temperature,
+                generator,
+                limit,
+                retrieved,
             )
             clock.lap("draft")
             t_start = t_cache.length
@@ -227,11 +274,20 @@ class TreeDecoder:
             clock.lap("verify")
             row_depths = depths if depths is not None else np.full(active.size, plan.max_depth)
             done = self._record(summary, rows, active, row_depths, drafted.forwards, max_new_tokens)
+            elapsed = time.perf_counter() - step_start  # up to the step's synchronisation
+            for r in active:
+                rows[r].step_seconds.append(elapsed)
             if depths is not None:
                 depths = policy.update(depths, np.array([s[1] for s in summary]), full)
+            if self.source is not None:
+                for r in active:
+                    sources[r].observe(rows_in[r] + rows[r].tokens)
             t_cache.keep_block(t_start, out.target_keep[:, : max(s[2] for s in summary)], out.target_kept)
-            d_cache.keep_block(d_start, out.draft_keep[:, : max(s[3] for s in summary)], out.draft_kept)
-            t_pending, d_pending = out.target_next, out.draft_next
+            if self.draft is not None:
+                d_cache.keep_block(d_start, out.draft_keep[:, : max(s[3] for s in summary)], out.draft_kept)
+            width = max(s[4] for s in summary)  # the draft's pending block, trimmed to its widest row
+            t_pending = out.target_next
+            d_pending = Pending(out.draft_next.ids[:, -width:], out.draft_next.real[:, -width:])
             if done.any():
                 keep = torch.as_tensor(np.flatnonzero(~done), device=dev)
                 for cache in (t_cache, d_cache):
@@ -252,28 +308,51 @@ class TreeDecoder:
                 accepted_per_step=row.accepted_per_step,
                 depth_per_step=row.depth_per_step,
                 draft_forwards=row.draft_forwards,
+                step_seconds=row.step_seconds,
                 timings=dict(timings),
                 stopped_by_eos=row.eos,
             )
             for row in rows
         ]
 
-    def _plan(self, depth: int, tree: Tree | DynamicTree | None = None) -> Plan:
-        """The plan of the tree truncated at ``depth`` (made once per depth)."""
+    @staticmethod
+    def _depth_of(tree: Tree | DynamicTree | None) -> int:
+        return 0 if tree is None else tree.max_depth if isinstance(tree, Tree) else tree.depth
+
+    def _plan(self, depth: int) -> Plan:
+        """The plan of the tree truncated at ``depth``, with the retrieved chains (made once per depth)."""
         if depth not in self._plans:
-            tree = tree or self.tree
-            if isinstance(tree, Tree):
-                self._plans[depth] = static_plan(tree.truncate(depth))
+            tree = self.tree
+            if tree is None:
+                plan = None
+            elif isinstance(tree, Tree):
+                plan = static_plan(tree.truncate(depth))
             else:
-                self._plans[depth] = dataclasses.replace(tree, depth=depth).plan()
+                plan = dataclasses.replace(tree, depth=depth).plan()
+            if self.source is not None:
+                plan = with_retrieval(plan, *self.retrieve)
+            self._plans[depth] = plan
         return self._plans[depth]
+
+    def _retrieve(self, sources: list, contexts: list[list[int]], device: torch.device) -> torch.Tensor:
+        """Each row's proposals: tokens [B, width, depth], -1 where there is none."""
+        width, depth = self.retrieve
+        table = np.full((len(contexts), width, depth), -1, dtype=np.int64)
+        for b, (source, context) in enumerate(zip(sources, contexts, strict=True)):
+            for i, proposal in enumerate(source.propose(context, width, depth)[:width]):
+                tokens = proposal.tokens[:depth]
+                table[b, i, : len(tokens)] = tokens
+        host = torch.from_numpy(table)
+        if device.type == "cuda":  # an asynchronous copy: the device does not wait for the host
+            return host.pin_memory().to(device, non_blocking=True)
+        return host.to(device)
 
     # ---- host bookkeeping --------------------------------------------------------------------
 
     def _record(self, summary, rows, active, depths, forwards, max_new_tokens) -> np.ndarray:
         """Append each row's emitted tokens (cut at EOS or the budget); return which rows are done [B]."""
         done = np.zeros(len(summary), dtype=bool)
-        for b, (count, accepted, _, _, bad, *emitted) in enumerate(summary):
+        for b, (count, accepted, _, _, _, bad, *emitted) in enumerate(summary):
             if bad:
                 who = "draft" if bad & 1 else "target"
                 raise ValueError(f"the {who} model returned NaN or infinite logits")

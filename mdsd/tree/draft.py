@@ -13,7 +13,6 @@ import functools
 import inspect
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from mdsd.tree.cache import ModelCache, block_mask
@@ -39,12 +38,13 @@ class Pending:
 
 @dataclass
 class Expansion:
-    """One expansion group as drafted: its nodes, their children and the law they were drawn from."""
+    """One expansion group as drafted: its nodes, their children and the law the drawn ones came from."""
 
     group: Group
     node: torch.Tensor  # [B, M] expanded node of each slot
-    children: torch.Tensor  # [B, M, k] node indices of its children
-    q: torch.Tensor | None  # [B, M, V] draft distribution at the node (None at T = 0)
+    children: torch.Tensor  # [B, M, fixed + k] node indices of its children, the deterministic ones first
+    valid: torch.Tensor  # [B, M, fixed + k] bool: the child exists (a source may propose fewer tokens)
+    q: torch.Tensor | None  # [B, M, V] law of the drawn children: q with the deterministic ones removed
     active: torch.Tensor  # [B, M] bool: the slot is expanded in this row (adaptive depths switch it off)
 
 
@@ -56,7 +56,7 @@ class Drafted:
     tokens: torch.Tensor  # [B, N] node tokens (root: the last emitted token)
     parent: torch.Tensor  # [B, N] parent node (-1 for the root)
     ancestors: torch.Tensor  # [B, N, N] bool: ancestors[b, i, j] iff j is on the path root → i (i included)
-    score: torch.Tensor  # [B, N] log path probability under the draft
+    score: torch.Tensor  # [B, N] log path probability under the draft (0 below deterministic nodes)
     expansions: list[Expansion]
     forward: torch.Tensor  # [B, F] nodes of the target forward, root first, ancestors before descendants
     draft_nodes: torch.Tensor  # [B, Fd] nodes forwarded to the draft below the root, in cache order
@@ -107,46 +107,56 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 
 def draft_tree(
     model,
-    cache: ModelCache,
+    cache: ModelCache | None,
     pending: Pending,
     plan: Plan,
     verifiers: dict,
     temperature: float,
     generator: torch.Generator | None,
     depth_limit: torch.Tensor | None = None,
+    retrieved: torch.Tensor | None = None,
 ) -> tuple[Drafted, torch.Tensor]:
     """Draft one step's tree. Returns the tree and a device flag [B] of non-finite draft logits.
 
     ``verifiers[k]`` draws the k children of a node (``draft(q, generator)``); ``depth_limit`` [B] (optional)
-    switches off expansions at depths >= the row's limit (adaptive draft lengths).
+    switches off expansions at depths >= the row's limit (adaptive draft lengths); ``retrieved`` [B, width,
+    depth] holds the tokens of the plan's retrieved chains (-1: none). ``model`` may be None when the plan
+    draws no children (retrieved chains only); then nothing is forwarded.
     """
     B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
     tokens = torch.zeros(B, N, dtype=torch.long, device=dev)
     tokens[:, 0] = pending.ids[:, -1]  # the root: the last pending token
-    parent = torch.full((B, N), -1, dtype=torch.long, device=dev)
-    if plan.parent is not None:
-        parent[:] = plan.constant(plan.parent, dev)
+    valid = torch.ones(B, N, dtype=torch.bool, device=dev)
+    if plan.retrieval is not None:
+        chains = plan.constant(plan.retrieval, dev).reshape(-1)
+        tokens[:, chains] = retrieved.reshape(B, -1).clamp(min=0)
+        valid[:, chains] = retrieved.reshape(B, -1) >= 0
+    parent = plan.constant(plan.parent, dev).expand(B, -1).clone()
     ancestors = torch.eye(N, dtype=torch.bool, device=dev).repeat(B, 1, 1)
     score = torch.zeros(B, N, device=dev)
-    # level 0: the pending tokens (causal, left-padded), the root last
-    live = cache.live()
-    base = torch.cat([cache.valid, pending.real], dim=1)  # slots every node of this step may see
-    positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
-    root_pos = live + pending.real.sum(1) - 1
-    logits, bad = model_forward(
-        model, cache, pending.ids, causal(pending.real), cache.valid, positions, 1, pending.real
-    )
+    tree = (plan, tokens, valid, parent, ancestors, score)
+    bad = torch.zeros(B, dtype=torch.bool, device=dev)
     draft_nodes = torch.zeros(B, 0, dtype=torch.long, device=dev)
     expansions: list[Expansion] = []
-    node_logits = {0: logits}  # depth -> logits [B, M_d, V] of the nodes forwarded at that depth
-    forwarded = {0: torch.zeros(B, 1, dtype=torch.long, device=dev)}
-    forwards = 1
+    forwards = 0
+    if model is not None:  # level 0: the pending tokens (causal, left-padded), the root last
+        live = cache.live()
+        base = torch.cat([cache.valid, pending.real], dim=1)  # slots every node of this step may see
+        positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
+        root_pos = live + pending.real.sum(1) - 1
+        logits, bad = model_forward(
+            model, cache, pending.ids, causal(pending.real), cache.valid, positions, 1, pending.real
+        )
+        forwards = 1
     for d in range(plan.max_depth):
         groups = plan.groups_at(d)
-        if not groups:
-            break
-        if d > 0:
-            nodes = torch.cat([_expanded_nodes(g, score, plan, d) for g in groups], dim=1)  # [B, M]
+        chosen = [_expanded_nodes(g, score, plan) for g in groups]  # [B, M_g] each
+        drawn = [i for i, g in enumerate(groups) if g.k > 0]  # these need the draft's q at their nodes
+        group_logits = dict.fromkeys(range(len(groups)))
+        if d == 0 and drawn:
+            group_logits[drawn[0]] = logits  # the root's, from the pending block
+        elif drawn:
+            nodes = torch.cat([chosen[i] for i in drawn], dim=1)  # [B, M]
             anc = ancestors.gather(1, nodes[..., None].expand(-1, -1, N))  # [B, M, N]
             past = torch.cat(
                 [base[:, None, :].expand(-1, nodes.shape[1], -1), anc.gather(2, _rows(draft_nodes, nodes))],
@@ -165,17 +175,13 @@ def draft_tree(
             )
             bad |= worse
             draft_nodes = torch.cat([draft_nodes, nodes], dim=1)
-            node_logits[d], forwarded[d] = logits, nodes
             forwards += 1
-        start = 0
-        for g in groups:
-            nodes = forwarded[d][:, start : start + g.size]
-            logits_g = node_logits[d][:, start : start + g.size]
-            tree = (plan, tokens, parent, ancestors, score)
+            for i, part in zip(drawn, logits.split([groups[i].size for i in drawn], dim=1), strict=True):
+                group_logits[i] = part
+        for i, g in enumerate(groups):
             expansions.append(
-                _expand(g, nodes, logits_g, tree, verifiers, temperature, generator, depth_limit)
+                _expand(g, chosen[i], group_logits[i], tree, verifiers, temperature, generator, depth_limit)
             )
-            start += g.size
     forward = _forward_nodes(plan, score)
     drafted = Drafted(plan, tokens, parent, ancestors, score, expansions, forward, draft_nodes, forwards)
     return drafted, bad
@@ -186,43 +192,51 @@ def _rows(draft_nodes: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
     return draft_nodes[:, None, :].expand(-1, nodes.shape[1], -1)
 
 
-def _expanded_nodes(g: Group, score: torch.Tensor, plan: Plan, d: int) -> torch.Tensor:
-    """The group's expanded nodes [B, M]: fixed, or the M most probable nodes of depth d."""
+def _expanded_nodes(g: Group, score: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """The group's expanded nodes [B, M]: fixed, or the M most probable nodes of its pool."""
     B = score.shape[0]
     if g.nodes is not None:
         return plan.constant(g.nodes, score.device).expand(B, -1)
-    level = np.flatnonzero(plan.depth == d)  # a contiguous block
-    lo, hi = int(level[0]), int(level[-1]) + 1
+    lo, hi = g.pool
     order = torch.sort(score[:, lo:hi], dim=1, descending=True, stable=True).indices  # ties: lower index
     return lo + order[:, : g.size]
 
 
 def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) -> Expansion:
-    """Draw the k children of every node of group ``g`` and record them in the tree tensors."""
-    plan, tokens, parent, ancestors, score = tree
+    """Give every node of group ``g`` its children: the deterministic ones (already in ``tokens``) and ``k``
+    drawn with the verifier's law from q without them; record parents, ancestors and path scores."""
+    plan, tokens, valid, parent, ancestors, score = tree
     B, M = nodes.shape
-    children = plan.constant(g.children, nodes.device).expand(B, -1, -1)  # [B, M, k]
-    logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, M, V]
-    if temperature == 0:
-        q = None
-        drafts = torch.topk(logits, g.k, dim=-1).indices
-    else:
-        q = logp.exp()
-        drafts = verifiers[g.k].draft(q, generator)  # [B, M, k]
+    children = plan.constant(g.children, nodes.device).expand(B, -1, -1)  # [B, M, fixed + k]
+    fixed = children[..., : g.fixed]
+    kept = valid.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)  # deterministic children that exist
+    q, step = None, torch.zeros(B, M, g.fixed + g.k, device=nodes.device)
+    if g.k > 0:
+        ids = tokens.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)
+        logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, M, V]
+        taken = torch.zeros_like(logp, dtype=torch.int32).scatter_add_(-1, ids, kept.to(torch.int32)) > 0  # D
+        if temperature == 0:
+            drafts = torch.topk(logits.float().masked_fill(taken, -torch.inf), g.k, dim=-1).indices
+        else:
+            q = logp.exp().masked_fill_(taken, 0.0)  # q restricted to V ∖ D, renormalised by what remains
+            q = q / q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+            drafts = verifiers[g.k].draft(q, generator)  # [B, M, k]
+        drawn = children[..., g.fixed :].reshape(B, -1)
+        tokens.scatter_(1, drawn, drafts.reshape(B, -1))
+        step = logp.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # log q(child)
     flat = children.reshape(B, -1)
-    tokens.scatter_(1, flat, drafts.reshape(B, -1))
-    parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, g.k).reshape(B, -1))
-    step = logp.gather(-1, drafts).reshape(B, -1)  # log q(child | node)
-    score.scatter_(1, flat, score.gather(1, nodes).repeat_interleave(g.k, dim=1) + step)
+    parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, children.shape[2]).reshape(B, -1))
+    score.scatter_(1, flat, (score.gather(1, nodes)[..., None] + step).reshape(B, -1))
     rows = ancestors.gather(
-        1, nodes.repeat_interleave(g.k, dim=1)[..., None].expand(-1, -1, ancestors.shape[2])
+        1, nodes.repeat_interleave(children.shape[2], dim=1)[..., None].expand(-1, -1, ancestors.shape[2])
     )
     ancestors.scatter_(1, flat[..., None].expand(-1, -1, ancestors.shape[2]), rows)
     _mark_self(ancestors, flat)
     active = torch.ones(B, M, dtype=torch.bool, device=nodes.device)
     if limit is not None:
         active &= limit[:, None] > g.depth
-    return Expansion(g, nodes, children, q, active)
+    alive = torch.cat([kept, torch.ones(B, M, g.k, dtype=torch.bool, device=nodes.device)], dim=2)
+    return Expansion(g, nodes, children, alive, q, active)
 
 
 def _mark_self(ancestors: torch.Tensor, nodes: torch.Tensor) -> None:
@@ -233,10 +247,16 @@ def _mark_self(ancestors: torch.Tensor, nodes: torch.Tensor) -> None:
 
 
 def _forward_nodes(plan: Plan, score: torch.Tensor) -> torch.Tensor:
-    """Nodes [B, F] of the target forward: all, or the root and the F − 1 most probable other nodes."""
+    """Nodes [B, F] of the target forward: all; or the root, the most probable model nodes within the
+    budget, and every retrieved node."""
     B, N = score.shape
+    dev = score.device
     if plan.forward is None:
-        return torch.arange(N, device=score.device).expand(B, -1)
-    order = torch.sort(score[:, 1:], dim=1, descending=True, stable=True).indices[:, : plan.forward - 1] + 1
-    order = torch.sort(order, dim=1).values  # level order: ancestors first
-    return torch.cat([torch.zeros(B, 1, dtype=torch.long, device=score.device), order], dim=1)
+        return torch.arange(N, device=dev).expand(B, -1)
+    model = plan.model_nodes
+    best = (
+        torch.sort(score[:, 1:model], dim=1, descending=True, stable=True).indices[:, : plan.forward - 1] + 1
+    )
+    best = torch.sort(best, dim=1).values  # node order: ancestors first
+    root = torch.zeros(B, 1, dtype=torch.long, device=dev)
+    return torch.cat([root, best, torch.arange(model, N, device=dev).expand(B, -1)], dim=1)

@@ -6,8 +6,12 @@ numbered level by level, so every depth is a contiguous block and a parent prece
 
 * An **expansion group** is a set of nodes of one depth that each draw ``k`` children with one node-level
   verifier's law. Its nodes are fixed (a static :class:`~mdsd.tree.tree.Tree`) or chosen while drafting
-  (``nodes=None``: the ``size`` nodes of that depth with the highest draft path probability, EAGLE-2 style).
-  Its children are a fixed block of the next level.
+  (``nodes=None``: the ``size`` most probable drafted nodes of a pool, EAGLE-2 style). Its children are fixed
+  node indices. A group may also hold ``fixed`` deterministic children per node, placed before the random
+  ones: tokens proposed by a training-free source (:mod:`mdsd.drafters`), verified with the drawn ones by
+  :func:`mdsd.tree.step.verify_nodes` (MATH.md §2, mixed nodes).
+* **Retrieved chains** (``retrieval``, [width, depth] node indices) hang below the root: chain i is the i-th
+  proposal of a source, one deterministic token per node. They follow the model's nodes in the numbering.
 * ``forward`` nodes go to the target's one forward per step (all of them for a static tree; the root and
   the ``forward - 1`` most probable nodes for a budgeted dynamic tree). A drafted node the target does not
   see can still be accepted by its parent's verifier; the step then ends there, without a bonus token.
@@ -25,20 +29,23 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from mdsd.tree.tree import Tree, _check_positive_int
+from mdsd.tree.tree import Tree
+from mdsd.validation import check_k
 
-__all__ = ["Group", "Plan", "DynamicTree", "static_plan", "chain_plan"]
+__all__ = ["Group", "Plan", "DynamicTree", "static_plan", "chain_plan", "with_retrieval"]
 
 
 @dataclass(frozen=True)
 class Group:
-    """Nodes of one depth that each draw ``k`` children (one node-level verifier)."""
+    """Nodes of one depth that each get ``fixed`` deterministic and ``k`` drawn children."""
 
     depth: int
-    k: int
+    k: int  # children drawn with the node-level verifier's law (0: deterministic children only)
     size: int  # M, the number of expanded nodes
-    children: np.ndarray  # [M, k] node indices of the children, a block of level depth + 1
-    nodes: np.ndarray | None = None  # [M] fixed expanded nodes; None: the M most probable nodes of the depth
+    children: np.ndarray  # [M, fixed + k] node indices of the children, the deterministic ones first
+    nodes: np.ndarray | None = None  # [M] fixed expanded nodes; None: the M most probable nodes of ``pool``
+    pool: tuple[int, int] | None = None  # node range [lo, hi) the dynamic choice picks from
+    fixed: int = 0  # deterministic children per node (proposed by a source)
 
 
 @dataclass(frozen=True)
@@ -47,8 +54,9 @@ class Plan:
 
     depth: np.ndarray  # [N] depth of every node (root 0)
     groups: tuple[Group, ...]  # by depth
-    parent: np.ndarray | None = None  # [N] fixed parents (static trees); None: set while drafting
-    forward: int | None = None  # nodes sent to the target, root included; None: all
+    parent: np.ndarray | None = None  # [N] fixed parents where known before drafting; -1 elsewhere
+    forward: int | None = None  # model nodes sent to the target, root included; None: all
+    retrieval: np.ndarray | None = None  # [width, depth] nodes of the retrieved chains (after the model's)
     _constants: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def constant(self, array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -67,13 +75,19 @@ class Plan:
         return int(self.depth.max())
 
     @property
+    def model_nodes(self) -> int:
+        """Nodes drafted by the model, root included (the retrieved chains come after them)."""
+        return self.num_nodes - (0 if self.retrieval is None else self.retrieval.size)
+
+    @property
     def num_forward(self) -> int:
-        return self.num_nodes if self.forward is None else self.forward
+        model = self.model_nodes if self.forward is None else self.forward
+        return model + (0 if self.retrieval is None else self.retrieval.size)
 
     @cached_property
     def widths(self) -> tuple[int, ...]:
-        """The distinct numbers of children of expanded nodes."""
-        return tuple(sorted({g.k for g in self.groups}))
+        """The distinct numbers of drawn children of expanded nodes (each needs a verifier)."""
+        return tuple(sorted({g.k for g in self.groups} - {0}))
 
     def groups_at(self, depth: int) -> list[Group]:
         return [g for g in self.groups if g.depth == depth]
@@ -94,6 +108,39 @@ def static_plan(tree: Tree) -> Plan:
             children = np.array([tree.children[u] for u in nodes], dtype=np.int64).reshape(nodes.size, k)
             groups.append(Group(depth=d, k=int(k), size=int(nodes.size), children=children, nodes=nodes))
     return Plan(depth=tree.depth.copy(), groups=tuple(groups), parent=tree.parent.copy())
+
+
+def with_retrieval(plan: Plan | None, width: int, depth: int) -> Plan:
+    """``plan`` (None: no model tree) plus ``width`` retrieved chains of ``depth`` deterministic tokens.
+
+    The chains' first nodes become deterministic children of the root, before the root's drawn children.
+
+    >>> plan = with_retrieval(static_plan(Tree.kary([2])), width=1, depth=2)
+    >>> plan.num_nodes, plan.retrieval.tolist(), [(g.depth, g.fixed, g.k) for g in plan.groups]
+    (5, [[3, 4]], [(0, 1, 2), (1, 1, 0)])
+    """
+    check_k(width, "width", minimum=1)
+    check_k(depth, "depth", minimum=1)
+    base = plan or Plan(depth=np.zeros(1, dtype=np.int64), groups=(), parent=np.full(1, -1, dtype=np.int64))
+    n = base.num_nodes
+    chains = n + np.arange(width * depth, dtype=np.int64).reshape(width, depth)
+    parent = np.concatenate(
+        [
+            base.parent if base.parent is not None else np.full(n, -1, dtype=np.int64),
+            np.concatenate([np.zeros((width, 1), np.int64), chains[:, :-1]], axis=1).ravel(),
+        ]
+    )
+    node_depth = np.concatenate([base.depth, np.tile(np.arange(1, depth + 1, dtype=np.int64), width)])
+    root = [g for g in base.groups if g.depth == 0]
+    first = chains[:, 0][None, :]  # [1, width]
+    if root:
+        g = root[0]
+        merged = Group(0, g.k, 1, np.concatenate([first, g.children], axis=1), g.nodes, g.pool, width)
+    else:
+        merged = Group(0, 0, 1, first, np.zeros(1, dtype=np.int64), None, width)
+    below = [Group(d, 0, width, chains[:, d : d + 1], chains[:, d - 1], None, 1) for d in range(1, depth)]
+    groups = sorted([merged, *[g for g in base.groups if g.depth > 0], *below], key=lambda g: g.depth)
+    return Plan(node_depth, tuple(groups), parent, base.forward, chains)
 
 
 def chain_plan(length: int) -> Plan:
@@ -136,11 +183,11 @@ class DynamicTree:
     budget: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive_int(self.depth, "depth", minimum=1)
-        _check_positive_int(self.k, "k", minimum=1)
-        _check_positive_int(self.expand, "expand", minimum=1)
+        check_k(self.depth, "depth", minimum=1)
+        check_k(self.k, "k", minimum=1)
+        check_k(self.expand, "expand", minimum=1)
         if self.budget is not None:
-            _check_positive_int(self.budget, "budget", minimum=1)
+            check_k(self.budget, "budget", minimum=1)
 
     def plan(self) -> Plan:
         depth = [0]
@@ -150,11 +197,14 @@ class DynamicTree:
         for d in range(self.depth):
             size = 1 if d == 0 else min(self.expand, width)
             children = np.arange(start, start + size * self.k, dtype=np.int64).reshape(size, self.k)
-            groups.append(Group(depth=d, k=self.k, size=size, children=children))
+            pool = (start - width, start)  # the nodes of depth d
+            groups.append(Group(depth=d, k=self.k, size=size, children=children, pool=pool))
             depth += [d + 1] * (size * self.k)
             start += size * self.k
             width = size * self.k
         groups[0] = Group(depth=0, k=self.k, size=1, children=groups[0].children, nodes=np.zeros(1, np.int64))
         n = len(depth)
         forward = None if self.budget is None or self.budget + 1 >= n else self.budget + 1
-        return Plan(depth=np.array(depth, dtype=np.int64), groups=tuple(groups), forward=forward)
+        parent = np.full(n, -1, dtype=np.int64)
+        parent[groups[0].children[0]] = 0
+        return Plan(np.array(depth, dtype=np.int64), tuple(groups), parent, forward)

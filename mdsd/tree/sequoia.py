@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mdsd.tree.tree import Tree, _check_acceptance, _check_positive_int
+from mdsd.validation import check_acceptance_vector, check_k
 
-__all__ = ["sequoia_tree", "sequoia_value"]
+__all__ = ["sequoia_parents", "sequoia_value"]
 
 
 def _tables(a: np.ndarray, nodes: int, max_depth: int):
@@ -50,16 +50,23 @@ def _tables(a: np.ndarray, nodes: int, max_depth: int):
 
 
 def sequoia_value(acceptance: Sequence[float], budget: int, max_depth: int) -> float:
-    """Expected tokens per step of :func:`sequoia_tree` (the optimum of the programme).
+    """Expected tokens per step of the tree :func:`sequoia_parents` builds (the programme's optimum).
 
     >>> sequoia_value([0.5, 0.25], budget=1, max_depth=3)
     1.5
     """
-    return sequoia_tree(acceptance, budget, max_depth).expected_tokens(acceptance)
+    a, nodes, max_depth = _checked(acceptance, budget, max_depth)
+    return float(_tables(a, nodes, max_depth)[0][max_depth, 1:].max())
 
 
-def sequoia_tree(acceptance: Sequence[float], budget: int, max_depth: int) -> Tree:
-    """The tree of at most ``budget`` drafted nodes and depth at most ``max_depth`` maximising F.
+def _checked(acceptance, budget, max_depth) -> tuple[np.ndarray, int, int]:
+    a = check_acceptance_vector(acceptance)
+    return a, check_k(budget, "budget", minimum=0) + 1, check_k(max_depth, "max_depth", minimum=0)
+
+
+def sequoia_parents(acceptance: Sequence[float], budget: int, max_depth: int) -> tuple[int, ...]:
+    """The parents (as :class:`mdsd.Tree` takes them) of the tree of at most ``budget`` drafted nodes and
+    depth at most ``max_depth`` maximising F; ``Tree.sequoia`` builds that tree.
 
     Nodes have at most ``len(acceptance)`` children (pass a vector of length 2 for SpecHub).
     Among optimal trees the smallest is returned.
@@ -75,15 +82,12 @@ def sequoia_tree(acceptance: Sequence[float], budget: int, max_depth: int) -> Tr
 
     Examples
     --------
-    >>> Tree.sequoia([0.6, 0.3], budget=2, max_depth=2).parents  # a chain beats two siblings
+    >>> sequoia_parents([0.6, 0.3], budget=2, max_depth=2)  # a chain beats two siblings
     (0, 1)
-    >>> Tree.sequoia([0.9, 0.05], budget=3, max_depth=1).parents  # depth 1: siblings only
+    >>> sequoia_parents([0.9, 0.05], budget=3, max_depth=1)  # depth 1: siblings only
     (0, 0)
     """
-    a = _check_acceptance(acceptance)
-    budget = _check_positive_int(budget, "budget", minimum=0)
-    max_depth = _check_positive_int(max_depth, "max_depth", minimum=0)
-    nodes = budget + 1
+    a, nodes, max_depth = _checked(acceptance, budget, max_depth)
     G, choice = _tables(a, nodes, max_depth)
     top = G[max_depth, 1:]
     size = 1 + int(np.flatnonzero(top >= top.max() - 1e-12)[0])  # smallest optimal tree
@@ -101,4 +105,4 @@ def sequoia_tree(acceptance: Sequence[float], budget: int, max_depth: int) -> Tr
             j += 1
 
     build(0, size, max_depth)
-    return Tree(tuple(parents))
+    return tuple(parents)

@@ -70,20 +70,57 @@ def verify_nodes(
     for e in drafted.expansions:
         at = fpos.gather(1, e.node)  # [B, M]
         ok = e.active & (at >= 0)
-        M, k = e.children.shape[1:]
-        drafts = drafted.tokens.gather(1, e.children.reshape(B, -1)).reshape(B, M, k)
-        if p is None:
-            tok = best.gather(1, at.clamp(min=0))
-            hit = drafts == tok[..., None]
-            idx = torch.where(hit.any(-1), hit.to(torch.uint8).argmax(-1), -1)
+        M, width = e.children.shape[1:]
+        drafts = drafted.tokens.gather(1, e.children.reshape(B, -1)).reshape(B, M, width)
+        here = best.gather(1, at.clamp(min=0))  # argmax at T = 0; a draw from p otherwise
+        if p is None or e.group.k == 0:  # greedy, or deterministic children only: y ~ p, kept iff drafted
+            tok, idx = here, _first_match(drafts, e.valid, here)
         else:
             pe = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, V))  # [B, M, V]
-            tok, idx = verifiers[k].verify(pe, e.q, drafts, generator)
+            tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, generator)
         child = e.children.gather(2, idx.clamp(min=0)[..., None])[..., 0]
         next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
         here = stop.gather(1, e.node)
         stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
     return next_node, stop
+
+
+def _first_match(drafts: torch.Tensor, valid: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """Index of the first existing child whose token is ``tok`` [B, M], or -1."""
+    hit = (drafts == tok[..., None]) & valid
+    return torch.where(hit.any(-1), hit.to(torch.uint8).argmax(-1), -1)
+
+
+def _verify_mixed(
+    verifier, p: torch.Tensor, e, drafts: torch.Tensor, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify a node whose children are ``fixed`` deterministic tokens D then k drawn from q̃ = q|V∖D.
+
+    Every emitted token of D is a drafted child, so D acts as one token: the verifier runs on the target
+    p̃, equal to p off D and holding all of p(D) on one token d₀ of D (q̃(d₀) = 0: never drawn), and a
+    verdict d₀ becomes a draw from p restricted to D. The output law is p for any lossless verifier, and
+
+    .. math:: \alpha = p(D) + \alpha_{\text{verifier}}(\tilde p, \tilde q),
+
+    which for the optimal verifier is the optimum of the mixed law (MATH.md §2; mdsd.drafters.mixed).
+    With no deterministic child (a source proposed nothing) p̃ = p.
+    """
+    f = e.group.fixed
+    if f == 0:
+        return verifier.verify(p, e.q, drafts, generator)
+    D, have = drafts[..., :f], e.valid[..., :f]  # [B, M, f]
+    mass = p.gather(-1, D) * have  # p(d) for the existing deterministic children
+    phantom = D[..., :1]  # d₀: the first proposal exists whenever any does
+    taken = torch.zeros_like(p, dtype=torch.int32).scatter_add_(-1, D, have.to(torch.int32)) > 0
+    tilde = p.masked_fill(taken, 0.0).scatter_add_(-1, phantom, mass.sum(-1, keepdim=True))
+    tok, idx = verifier.verify(tilde, e.q, drafts[..., f:], generator)
+    u = torch.rand(mass.shape[:-1], generator=generator, dtype=mass.dtype, device=mass.device)
+    cdf = mass.cumsum(-1)
+    pick = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp(max=f - 1)  # [B, M, 1]
+    from_d = have[..., 0] & (tok == phantom[..., 0])
+    tok = torch.where(from_d, D.gather(-1, pick)[..., 0], tok)
+    idx = torch.where(from_d, pick[..., 0], torch.where(idx >= 0, f + idx, -1))
+    return tok, idx
 
 
 @dataclass
@@ -99,11 +136,13 @@ class Outcome:
     draft_keep: torch.Tensor  # [B, W_d]
     draft_kept: torch.Tensor  # [B]
     target_next: Pending  # [B, 1] the token the target reads next
-    draft_next: Pending  # [B, 2] (left-padded) the tokens the draft reads next
+    draft_next: Pending  # [B, D + 1] (left-padded) the tokens the draft reads next
 
     def host(self, bad: torch.Tensor) -> list[list[int]]:
-        """Per row: [count, accepted, target_kept, draft_kept, bad, *emitted] as Python ints (one sync)."""
-        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, bad.long()]
+        """Per row: [count, accepted, target_kept, draft_kept, draft_next, bad, *emitted] as Python ints,
+        in one transfer (the step's only synchronisation)."""
+        pending = self.draft_next.real.sum(1)
+        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, pending, bad.long()]
         return torch.cat([torch.stack(columns, 1), self.emitted], dim=1).tolist()
 
 
@@ -157,10 +196,12 @@ def walk(
     slots = torch.cat([torch.arange(Pd, device=dev).expand(B, -1), Pd + dpos.gather(1, path.clamp(min=0))], 1)
     slots = slots.clamp(min=0)
     draft_keep, draft_kept = _compact(slots, torch.cat([draft_pending.real, in_draft], 1))
-    last_missing = (accepted > 0) & ~(in_draft & is_last).any(1)  # the last node is not in the draft cache
-    ids = torch.stack([last, torch.where(has_final, final, last)], 1)
-    real = torch.stack([last_missing & has_final, torch.ones_like(has_final)], 1)
-    draft_next = Pending(torch.where(real, ids, 0), real)
+    # the draft reads next the accepted nodes it lacks (retrieved ones, a last node it did not forward; they
+    # form a suffix of the path) and the final token, left-padded to [B, D + 1]
+    real = torch.cat([on & ~in_draft, has_final[:, None]], 1)
+    ids = torch.where(real, torch.cat([emitted[:, :D], final[:, None]], 1), 0)
+    order = torch.sort(real.to(torch.uint8), dim=1, stable=True).indices  # padding first, order kept
+    draft_next = Pending(ids.gather(1, order), real.gather(1, order))
     return Outcome(
         path,
         emitted,

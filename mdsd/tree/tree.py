@@ -15,6 +15,9 @@ from functools import cached_property
 
 import numpy as np
 
+from mdsd.tree.sequoia import sequoia_parents
+from mdsd.validation import check_acceptance_vector, check_k
+
 __all__ = ["Tree"]
 
 
@@ -51,7 +54,7 @@ class Tree:
     @classmethod
     def chain(cls, depth: int) -> Tree:
         """A single path of ``depth`` drafted tokens (classic single-draft speculative decoding)."""
-        _check_positive_int(depth, "depth", minimum=0)
+        check_k(depth, "depth", minimum=0)
         return cls(tuple(range(depth)))
 
     @classmethod
@@ -65,7 +68,7 @@ class Tree:
         parents: list[int] = []
         level = [0]
         for d, b in enumerate(branching):
-            _check_positive_int(b, f"branching[{d}]", minimum=1)
+            check_k(b, f"branching[{d}]", minimum=1)
             nxt = []
             for node in level:
                 for _ in range(b):
@@ -78,11 +81,9 @@ class Tree:
     def sequoia(cls, acceptance: Sequence[float], budget: int, max_depth: int) -> Tree:
         """Sequoia's tree: the most expected tokens for at most ``budget`` drafted nodes.
 
-        See :func:`mdsd.tree.sequoia.sequoia_tree`.
+        See :func:`mdsd.tree.sequoia.sequoia_parents`.
         """
-        from mdsd.tree.sequoia import sequoia_tree
-
-        return sequoia_tree(acceptance, budget, max_depth)
+        return cls(sequoia_parents(acceptance, budget, max_depth))
 
     @classmethod
     def from_json(cls, text: str) -> Tree:
@@ -101,7 +102,7 @@ class Tree:
         >>> Tree.kary([2, 2]).truncate(1).parents
         (0, 0)
         """
-        _check_positive_int(depth, "depth", minimum=0)
+        check_k(depth, "depth", minimum=0)
         return Tree(self.parents[: int(np.count_nonzero(self.depth[1:] <= depth))])
 
     def to_json(self) -> str:
@@ -190,7 +191,7 @@ class Tree:
         >>> Tree.kary([2]).expected_tokens([0.5, 0.25])
         1.75
         """
-        a = _check_acceptance(acceptance)
+        a = check_acceptance_vector(acceptance)
         widest = int(self.branching.max())
         if widest > a.size:
             raise ValueError(f"acceptance has {a.size} entries but a node of the tree has {widest} children")
@@ -212,26 +213,3 @@ def _breadth_first(parents: tuple[int, ...]) -> tuple[int, ...]:
             order.append(child)
             new_parents.append(new_index[node])
     return tuple(new_parents)
-
-
-def _check_positive_int(x: object, name: str, minimum: int) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {x!r}")
-    if x < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {x}")
-    return int(x)
-
-
-def _check_acceptance(acceptance: Sequence[float]) -> np.ndarray:
-    """Validate a per-position acceptance vector: finite, in [0, 1], summing to at most 1."""
-    try:
-        a = np.asarray(acceptance, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"acceptance must be a list of numbers, got {acceptance!r}") from None
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"acceptance must be a non-empty vector, got shape {a.shape}")
-    if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
-        raise ValueError(f"acceptance entries must be finite and in [0, 1], got {a.tolist()}")
-    if a.sum() > 1 + 1e-9:
-        raise ValueError(f"acceptance entries are exclusive events and must sum to <= 1, got {a.sum():.6g}")
-    return a

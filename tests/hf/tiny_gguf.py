@@ -12,8 +12,9 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
+from tiny_lms import tiny_lm
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
 CHAT_TEMPLATE = (
@@ -51,27 +52,8 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_model(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-    )
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():  # random norms and biases too, so a mis-mapped tensor changes the logits
-        for name, param in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                param.copy_(
-                    1.0 + 0.1 * torch.randn_like(param) if "norm" in name else 0.1 * torch.randn_like(param)
-                )
-    return model
+    """The tests' tiny Qwen2 (tests/tiny_lms.py) with random norms and biases, unsharpened."""
+    return tiny_lm(seed, vocab=vocab_size, family="qwen2", sharpness=1.0, random_norms=True)
 
 
 _NAMES = {

@@ -40,7 +40,7 @@ def test_files_laws_and_methods(tmp_path, capsys):
         ("topk", 2, "coupling"),
     ]:
         record = run_json(capsys, *files, "--law", law, "--k", str(k), "--method", method)
-        expected = mdsd.optimal_acceptance(p, q, mdsd.otm.law_from_name(law, k))
+        expected = mdsd.optimal_acceptance(p, q, mdsd.law_from_name(law, k))
         assert record["value"] == pytest.approx(expected, abs=1e-8)
         assert record["n"] == 4 and record["example"] is False
 
@@ -100,6 +100,37 @@ def test_a_fresh_interpreter_runs_the_example():
     assert json.loads(done.stdout)["value"] == pytest.approx(
         mdsd.optimal_acceptance(EXAMPLE_P, EXAMPLE_Q, mdsd.IID(2)), abs=1e-12
     )
+
+
+@pytest.mark.parametrize("first", ["lp", "coupling"])
+def test_json_output_parses_for_every_method_in_a_fresh_interpreter(first):
+    """HiGHS prints a banner on the C stdout the first time a process creates a solver (LP and the cvxpy
+    coupling both create one); stdout of --json must still be one JSON object per call."""
+    methods = [first] + [m for m in ("lp", "coupling", "maxflow", "dual", "auto") if m != first]
+    code = (
+        "from mdsd.cli import main\n"
+        f"for method in {methods!r}:\n"
+        "    main(['optimal', '--json', '--law', 'wor', '--k', '3', '--method', method])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(methods)
+    records = [json.loads(line) for line in lines]
+    assert [r["method"] for r in records[:4]] == methods[:4] and records[4]["method"] == "dual"
+    values = [r["value"] for r in records]
+    assert max(values) - min(values) <= 1e-9
+    for r in records:
+        assert r["status"] == ("conjectured" if r["method"] == "dual" else "optimal")
+        assert r["basis"] and r["error"] >= 0.0
+
+
+def test_coupling_too_large_is_a_one_line_error(tmp_path, capsys):
+    """--method coupling --k 8 at n = 4 (262,144 variables) ran for minutes; now refused at once."""
+    (tmp_path / "p.json").write_text("[0.4, 0.3, 0.2, 0.1]")
+    files = ["--p", str(tmp_path / "p.json"), "--q", str(tmp_path / "p.json")]
+    assert main(["optimal", *files, "--method", "coupling", "--k", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "coupling LP of 65536 tuples" in err and "use method='lp'" in err
 
 
 def test_help_quotes_the_builtin_example():

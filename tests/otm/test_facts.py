@@ -7,6 +7,9 @@ import pytest
 from otm_cases import brute_force, check_certificate, instance, random_vector
 
 import mdsd
+import mdsd.otm.coupling
+import mdsd.otm.lp
+from mdsd.highs import LPError, solve_sparse_lp
 
 
 def heavy_tailed(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
@@ -31,7 +34,7 @@ def test_one_draft_gives_one_minus_total_variation(law):
 @pytest.mark.parametrize("name", ["iid", "without_replacement", "greedy", "topk"])
 def test_optimum_never_decreases_in_k(name):
     for p, q in random_pairs(2):
-        values = [mdsd.optimal_acceptance(p, q, mdsd.otm.law_from_name(name, k)) for k in range(1, 6)]
+        values = [mdsd.optimal_acceptance(p, q, mdsd.law_from_name(name, k)) for k in range(1, 6)]
         assert np.all(np.diff(values) >= -1e-12), values
 
 
@@ -168,3 +171,53 @@ def test_regression_maxflow_survives_capacities_far_apart():
     result = mdsd.solve_otm(p, q, law, method="maxflow")
     assert result.value == pytest.approx(brute_force(p, q, law), abs=1e-12)
     check_certificate(result, p, q, law)
+
+
+def test_lp_and_coupling_raise_unless_highs_proves_the_optimum(monkeypatch):
+    """An LP stopped early (an iteration limit of 0) must not come back as a value."""
+    p, q, law = [0.2, 0.3, 0.5], [0.5, 0.3, 0.2], mdsd.IID(2)
+
+    def stopped(*args, **kwargs):
+        return solve_sparse_lp(*args, options={"simplex_iteration_limit": 0, "presolve": "off"})
+
+    monkeypatch.setattr(mdsd.otm.lp, "solve_sparse_lp", stopped)
+    with pytest.raises(LPError, match="limit"):
+        mdsd.solve_otm(p, q, law, method="lp")
+    monkeypatch.setattr(
+        mdsd.otm.coupling, "_OPTIONS", {**mdsd.otm.coupling._OPTIONS, "simplex_iteration_limit": 0}
+    )
+    with pytest.warns(UserWarning), pytest.raises(LPError, match="user_limit"):
+        mdsd.solve_otm(p, q, law, method="coupling")
+
+
+@pytest.mark.parametrize(
+    "law, method, status, basis",
+    [
+        (mdsd.IID(3), "dual", "optimal", "sorted-prefix theorem (i.i.d. drafts)"),
+        (
+            mdsd.WithoutReplacement(2),
+            "dual",
+            "optimal",
+            "sorted-prefix theorem (drafts without replacement, k <= 2)",
+        ),
+        (
+            mdsd.WithoutReplacement(3),
+            "dual",
+            "conjectured",
+            "sorted-prefix conjecture + race quadrature (error <= ",
+        ),
+        (mdsd.Hub(), "dual", "optimal", "closed form (containment modular beyond a forced set)"),
+        (mdsd.Greedy(3), "auto", "optimal", "closed form"),
+        (mdsd.TopK(2), "dual", "optimal", "closed form"),
+        (mdsd.WithoutReplacement(3), "lp", "optimal", "LP simplex optimality (HiGHS)"),
+        (mdsd.WithoutReplacement(3), "maxflow", "optimal", "max-flow min-cut"),
+        (mdsd.WithoutReplacement(3), "coupling", "optimal", "LP optimality (full coupling, cvxpy/HiGHS)"),
+        (mdsd.Joint({(0, 1): 1.0}), "auto", "optimal", "max-flow min-cut"),
+    ],
+    ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None,
+)
+def test_results_say_how_sure_they_are(law, method, status, basis):
+    p, q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
+    result = mdsd.solve_otm(p, q, law, method=method)
+    assert result.status == status and result.basis.startswith(basis)
+    assert (result.error > 0) == (status == "conjectured") and result.error < 1e-12

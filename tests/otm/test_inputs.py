@@ -75,31 +75,42 @@ def test_one_pair_only_where_promised():
         mdsd.optimal_coupling(batch, batch, mdsd.IID(2))
 
 
-def test_enumerating_methods_refuse_huge_networks():
+@pytest.mark.parametrize("method", ["lp", "maxflow", "coupling"])
+def test_enumerating_methods_refuse_huge_networks(method):
     p = np.full(100, 0.01)
-    with pytest.raises(ValueError, match="method='dual'"):
-        mdsd.solve_otm(p, p, mdsd.IID(4), method="lp")
+    with pytest.raises(ValueError, match="too many draft tuples .* use method='dual'"):
+        mdsd.solve_otm(p, p, mdsd.IID(4), method=method)
     with pytest.raises(ValueError, match="too many draft tuples"):
         mdsd.optimal_coupling(p, p, mdsd.IID(4))
 
 
+def test_coupling_refuses_more_variables_than_it_can_build():
+    """n = 4, k = 8: 65,536 tuples × 4 tokens; cvxpy took minutes. The LP on the draft sets does not."""
+    p, q = [0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4]
+    with pytest.raises(
+        ValueError,
+        match="coupling LP of 65536 tuples and 262144 variables .* use method='lp' or 'maxflow', or 'dual'",
+    ):
+        mdsd.solve_otm(p, q, mdsd.IID(8), method="coupling")
+    assert mdsd.solve_otm(p, q, mdsd.IID(8), method="lp").value == pytest.approx(
+        mdsd.optimal_acceptance(p, q, mdsd.IID(8)), abs=1e-9
+    )
+
+
 def test_dual_refuses_k_beyond_its_float_range():
-    p = np.full(100, 0.01)
+    """30 drafts over 100 tokens: the race integral would overflow; refused where it is needed."""
+    q = np.full(100, 0.01)
+    p = np.where(np.arange(100) < 90, 0.0, 0.1)  # the prefix of the 90 tokens p = 0 must be integrated
     with pytest.raises(ValueError, match="beyond the dual's range"):
-        mdsd.optimal_acceptance(p, p, mdsd.WithoutReplacement(30))
+        mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(30))
+    assert mdsd.optimal_acceptance(q, q, mdsd.WithoutReplacement(30)) == 1.0  # bounds alone decide p = q
 
 
-def test_law_names_and_table_arguments():
-    assert mdsd.otm.law_from_name("wor", 2) == mdsd.WithoutReplacement(2)
-    assert mdsd.otm.law_from_name("hub", 2) == mdsd.Hub()
-    with pytest.raises(ValueError, match="law must be one of"):
-        mdsd.otm.law_from_name("beam", 2)
+def test_table_arguments():
     with pytest.raises(ValueError, match="hub law has k = 2"):
-        mdsd.otm.law_from_name("hub", 3)
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        mdsd.otm.law_from_name("iid", 0)
-    with pytest.raises(ValueError, match="laws must be"):
         mdsd.optimal_acceptance_table(GOOD_P, GOOD_Q, laws=["hub"])
+    with pytest.raises(ValueError, match="law must be one of"):
+        mdsd.optimal_acceptance_table(GOOD_P, GOOD_Q, laws=["beam"])
     with pytest.raises(TypeError, match="ks must be an integer"):
         mdsd.optimal_acceptance_table(GOOD_P, GOOD_Q, ks=[1.5])
     with pytest.raises(ValueError, match="q has 3 tokens"):

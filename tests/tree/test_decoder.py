@@ -192,3 +192,22 @@ def test_adaptive_depth_keeps_greedy_exact_and_adapts(policy, tree):
             assert drafted == depth[0] and accepted <= drafted
             depth = fresh.update(depth, np.array([accepted]), dec.plan.max_depth)
     assert len({d for o in outs for d in o.depth_per_step}) > 1
+
+
+@pytest.mark.parametrize("with_model", [True, False], ids=["mixed", "retrieval-only"])
+def test_greedy_with_training_free_sources_equals_target_generate(with_model):
+    from mdsd.drafters import Datastore, Priority, PromptLookup
+
+    target = tiny_lm(5, vocab=32)
+    draft = perturbed(target, 0.3, seed=6) if with_model else None
+    reference = {
+        tuple(p): _reference(target, torch.tensor([p]), 30).tolist() for p in ([4, 9, 1], [3], [0, 31, 8])
+    }
+    corpus = [t for p, out in reference.items() for t in (*p, *out)]  # the target's own text: long matches
+    source = Priority([PromptLookup(max_ngram=3), Datastore.build(corpus)])
+    tree = Tree.kary([2, 1]) if with_model else None
+    dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=0, source=source, retrieve=(2, 6))
+    outs = dec.generate_batch([list(p) for p in reference], 30)
+    for ref, out in zip(reference.values(), outs, strict=True):
+        assert out.tokens.tolist() == ref
+    assert np.mean([o.mean_tokens_per_step for o in outs]) > 4  # the datastore holds the answer

@@ -101,6 +101,69 @@ def test_rows_with_different_depths_follow_the_target_law(pair, name):
         assert p_value > ALPHA
 
 
+class _Table:
+    """A deterministic test source: two continuations keyed by the last token (distinct first tokens)."""
+
+    name = "table"
+
+    def __init__(self, vocab):
+        self.vocab = vocab
+        self.seen = 0
+
+    def propose(self, context, width, depth):
+        from mdsd.drafters import Continuation
+
+        t = context[-1]
+        rows = [
+            [(t + 1 + i) % self.vocab for i in range(depth)],
+            [(5 * t + 2 + i) % self.vocab for i in range(depth)],
+        ]
+        rows = [r for j, r in enumerate(rows) if all(r[0] != o[0] for o in rows[:j])]
+        return [Continuation(tuple(r), 1.0) for r in rows[:width]]
+
+    def observe(self, context):
+        self.seen += 1
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_mixed_trees_follow_the_target_law(pair, name):
+    """Retrieved chains beside the model's children: the root mixes deterministic and drawn children."""
+    target, draft = pair
+    source = _Table(12)
+    dec = TreeDecoder(
+        target, draft, _tree(name), verifier=name, temperature=1.0, source=source, retrieve=(2, 2)
+    )
+    for p_value, _ in _p_values(dec, target, 1.0, seed=31):
+        assert p_value > ALPHA
+    assert source.seen > 0
+
+
+def test_retrieval_alone_follows_the_target_law(pair):
+    target, _ = pair
+    dec = TreeDecoder(target, None, None, temperature=1.0, source=_Table(12), retrieve=(2, 3))
+    for p_value, _ in _p_values(dec, target, 1.0, seed=37):
+        assert p_value > ALPHA
+
+
+def test_a_mixed_node_that_keeps_the_phantom_token_fails_the_test(pair, monkeypatch):
+    """Broken on purpose: the verdict 'some deterministic child' always picks the first one."""
+    import mdsd.tree.step as step
+
+    real = step._verify_mixed
+
+    def broken(verifier, p, e, drafts, generator):
+        tok, idx = real(verifier, p, e, drafts, generator)
+        first = (idx >= 0) & (idx < e.group.fixed)
+        return torch.where(first, drafts[..., 0], tok), torch.where(first, 0, idx)
+
+    monkeypatch.setattr(step, "_verify_mixed", broken)
+    target, draft = pair
+    dec = TreeDecoder(
+        target, draft, Tree.kary([2]), verifier="rrs", temperature=1.0, source=_Table(12), retrieve=(2, 1)
+    )
+    assert min(p for p, _ in _p_values(dec, target, 1.0, seed=31)) < ALPHA
+
+
 class _ResampleFromP:
     """Broken on purpose: after a rejection it draws from p instead of the residual."""
 

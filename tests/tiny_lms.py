@@ -1,4 +1,7 @@
-"""Tiny causal LMs with random weights (built from a config: no downloads) for the decoder tests."""
+"""Tiny causal LMs with random weights, built from a config (no downloads): the tests' one model builder.
+
+On the test path of every test directory (pyproject: ``pythonpath = ["tests"]``).
+"""
 
 import copy
 
@@ -6,8 +9,16 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 
-def tiny_lm(seed: int, vocab: int = 12, family: str = "qwen2", attn: str = "sdpa", sharpness: float = 3.0):
-    """A 2-layer model; ``sharpness`` scales the output layer (peakier next-token laws)."""
+def tiny_lm(
+    seed: int,
+    vocab: int = 12,
+    family: str = "qwen2",
+    attn: str = "sdpa",
+    sharpness: float = 3.0,
+    random_norms: bool = False,
+):
+    """A 2-layer model; ``sharpness`` scales the output layer (peakier next-token laws); ``random_norms``
+    also randomises the norm weights and biases (a mis-mapped tensor in a file format then shows)."""
     families = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
     config_cls, model_cls = families[family]
     config = config_cls(
@@ -28,6 +39,11 @@ def tiny_lm(seed: int, vocab: int = 12, family: str = "qwen2", attn: str = "sdpa
     model = model_cls(config).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(sharpness)
+        for name, param in model.named_parameters() if random_norms else ():
+            if "norm" in name:
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+            elif name.endswith("bias"):
+                param.copy_(0.1 * torch.randn_like(param))
     return model
 
 

@@ -1,0 +1,70 @@
+"""``mdsd drafters``: build and inspect retrieval datastores for the training-free draft sources.
+
+mdsd drafters build --corpus a.txt b.txt --tokenizer qwen2.5-coder --out DIR   # one document per file
+mdsd drafters build --heldout udhr-fra --tokenizer DIR --out DIR               # a prompt set's held-out text
+mdsd drafters info DIR                                                         # what an index holds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("drafters", help="build and inspect draft-source datastores")
+    actions = parser.add_subparsers(dest="action", required=True)
+    build = actions.add_parser("build", help="tokenise a corpus and save its suffix-array datastore")
+    source = build.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", nargs="+", metavar="FILE", help="UTF-8 text files, one document each")
+    source.add_argument(
+        "--heldout", metavar="SET", help="the held-out text of a multilingual prompt set, e.g. udhr-fra"
+    )
+    build.add_argument(
+        "--tokenizer", required=True, help="a local HF model directory, or a fetched pair (qwen2.5-coder)"
+    )
+    build.add_argument("--out", required=True, help="directory to write the datastore into")
+    build.add_argument("--sort-depth", type=int, default=32, help="tokens each suffix is sorted on (32)")
+    build.add_argument("--cache-dir", default=None, help="mdsd cache (default: $MDSD_CACHE or ~/.cache/mdsd)")
+    info = actions.add_parser("info", help="print what a saved datastore holds")
+    info.add_argument("directory")
+    parser.set_defaults(func=run)
+
+
+def _tokenizer(spec: str, cache):
+    from mdsd.hf import load_tokenizer, pair_paths
+    from mdsd.hf.fetch import PAIRS
+
+    if Path(spec).is_dir():
+        return load_tokenizer(spec)
+    if spec in PAIRS:
+        return load_tokenizer(pair_paths(spec, cache)[0])
+    raise ValueError(f"tokenizer must be a directory or one of {sorted(PAIRS)}, got {spec!r}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mdsd.drafters import Datastore
+
+    if args.action == "info":
+        store = Datastore.load(args.directory)
+        meta = json.loads((Path(args.directory) / "datastore.json").read_text())
+        print(f"{store!r}")
+        print(json.dumps(meta, indent=2, sort_keys=True))
+        return 0
+    if args.heldout is not None:
+        from mdsd.data.prompts import load_heldout
+
+        texts, origin = load_heldout(args.heldout, args.cache_dir), {"heldout": args.heldout}
+    else:
+        texts = [Path(name).read_text(encoding="utf-8") for name in args.corpus]
+        origin = {"corpus": [str(Path(name).resolve()) for name in args.corpus]}
+    tokenizer = _tokenizer(args.tokenizer, args.cache_dir)
+    start = time.perf_counter()
+    info = {**origin, "tokenizer": args.tokenizer, "vocabulary": len(tokenizer)}
+    store = Datastore.from_texts(texts, tokenizer, sort_depth=args.sort_depth, info=info)
+    folder = store.save(args.out)
+    seconds = time.perf_counter() - start
+    print(f"{len(store):,} tokens from {len(texts)} documents -> {folder} ({seconds:.1f} s)")
+    return 0

@@ -1,0 +1,32 @@
+"""Training-free draft sources: the context itself, a corpus, n-gram tables learnt while decoding.
+
+Each source implements the :class:`Source` protocol (``propose(context, width, depth)`` and
+``observe(context)``, :mod:`mdsd.drafters.base`); its proposals are deterministic drafts.
+
+* :class:`PromptLookup`: longest n-gram match in the prompt + output so far (prompt lookup; SSSD).
+* :class:`Datastore`: longest suffix match in a suffix-array index of a corpus (REST; SSSD).
+* :class:`Dictionary`: SPECTRA-CORE's forward/backward n-gram dictionaries, learnt online.
+* :class:`Priority`: several sources in priority order (SPECTRA: internal first, retrieval fills up).
+"""
+
+from mdsd.drafters.base import Continuation, Source, rank_continuations
+from mdsd.drafters.datastore import SEPARATOR, Datastore, encode_text
+from mdsd.drafters.dictionary import Dictionary, NGramTables
+from mdsd.drafters.priority import Priority
+from mdsd.drafters.prompt_lookup import PromptLookup
+from mdsd.drafters.suffix_array import suffix_array, suffix_range
+
+__all__ = [
+    "Continuation",
+    "Source",
+    "rank_continuations",
+    "PromptLookup",
+    "Datastore",
+    "SEPARATOR",
+    "encode_text",
+    "Dictionary",
+    "NGramTables",
+    "Priority",
+    "suffix_array",
+    "suffix_range",
+]

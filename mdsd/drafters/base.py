@@ -1,0 +1,118 @@
+"""The draft-source protocol: what a training-free source proposes, and the ranking rule sources share.
+
+A *source* proposes continuations of a context (prompt + output so far) without a draft model: text
+it has seen (the context itself, a corpus, n-gram tables) says what may come next. In OTM terms each
+proposed continuation is a deterministic draft: q is one-hot on its first token at the root and on
+each next token down its chain (MATH.md §2, "deterministic top-k").
+
+The decoder calls, once per decoding step and row,
+
+* ``source.propose(context, width, depth)``: at most ``width`` :class:`Continuation` s, best first,
+  with pairwise DISTINCT first tokens (the root's children), each 1..``depth`` tokens long;
+* ``source.observe(context)``: after the step, with the full context, so stateful sources can learn.
+
+Counting sources (:class:`~mdsd.drafters.PromptLookup`, :class:`~mdsd.drafters.Datastore`) turn the
+continuations that followed earlier occurrences of a matched n-gram into proposals with
+:func:`rank_continuations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Continuation", "Source", "rank_continuations", "as_context", "check_request"]
+
+PAD = -1  # marks "no token" in a [R, D] continuation matrix (the continuation ended earlier)
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Tokens that may follow a context, and the source's confidence in them (for ranking)."""
+
+    tokens: tuple[int, ...]  # 1..depth token ids
+    score: float  # source-specific; larger is better; see each source's docstring
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A training-free draft source (see the module docstring for the contract)."""
+
+    name: str
+
+    def propose(self, context: Sequence[int], width: int, depth: int) -> list[Continuation]: ...
+
+    def observe(self, context: Sequence[int]) -> None: ...
+
+
+def as_context(context: Sequence[int]) -> np.ndarray:
+    """``context`` as a 1-D int64 array of non-negative token ids (``ValueError`` naming it otherwise).
+
+    >>> as_context([3, 1, 2]).tolist()
+    [3, 1, 2]
+    """
+    arr = np.asarray(context)
+    if arr.ndim != 1:
+        raise ValueError(f"context must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"context must hold integer token ids, got dtype {arr.dtype}")
+    if arr.min() < 0:
+        raise ValueError(f"context must hold non-negative token ids, got {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+def check_request(width: int, depth: int) -> None:
+    """Refuse a ``width`` or ``depth`` that is not a positive int."""
+    for label, value in (("width", width), ("depth", depth)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
+
+
+def _best(rows: list[list[int]], d: int, count: int) -> list[tuple[int, int]]:
+    # The `count` most frequent tokens in column d (PAD ignored) with their counts; dicts keep first
+    # insertion order and sorted() is stable, so ties go to the earliest row.
+    counts: dict[int, int] = {}
+    for row in rows:
+        token = row[d]
+        if token != PAD:
+            counts[token] = counts.get(token, 0) + 1
+    return sorted(counts.items(), key=lambda item: -item[1])[:count]
+
+
+def rank_continuations(rows: np.ndarray, width: int) -> list[Continuation]:
+    """Proposals from the continuations of a matched n-gram's occurrences, rows in preference order.
+
+    ``rows`` is ``[R, D]``: row r holds the (up to D) tokens that followed occurrence r, padded with
+    -1 where it ended early; the caller orders the rows so that earlier rows win ties. The rule:
+
+    * first tokens: the ``width`` most frequent values of column 0, by count :math:`c(t)`
+      (descending), ties broken by the earliest row holding them; ``score`` = :math:`c(t)`;
+    * below each first token t, a greedy chain: among the rows that agree with the chain so far, the
+      most frequent next token (same tie rule); the chain ends where none of them goes on.
+
+    This is the most-frequent path of the weighted trie of continuations (SSSD, Marzollo et al.,
+    §3.1: branch weights are occurrence counts), restricted to distinct first tokens.
+
+    >>> rows = np.array([[5, 1], [7, 2], [5, 3], [5, 3]])
+    >>> [(c.tokens, c.score) for c in rank_continuations(rows, width=3)]
+    [((5, 3), 3.0), ((7, 2), 1.0)]
+    """
+    table = rows.tolist()  # plain lists: R and D are small, numpy per-call overhead is not
+    out = []
+    for first, count in _best(table, 0, width):
+        chain = [first]
+        keep = [row for row in table if row[0] == first]
+        for d in range(1, rows.shape[1]):
+            best = _best(keep, d, 1)
+            if not best:
+                break
+            token = best[0][0]
+            chain.append(token)
+            keep = [row for row in keep if row[d] == token]
+        out.append(Continuation(tokens=tuple(chain), score=float(count)))
+    return out

@@ -1,0 +1,66 @@
+"""``mdsd drafters build`` / ``info`` on a tiny corpus with a tiny Qwen2-style tokenizer (offline)."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from mdsd.cli import main
+from mdsd.drafters import SEPARATOR, Datastore
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from tiny_gguf import tiny_tokenizer
+    from transformers import Qwen2Config
+
+    tokenizer = tiny_tokenizer()
+    folder = tmp_path_factory.mktemp("tok")
+    tokenizer.save_pretrained(folder)
+    Qwen2Config(vocab_size=len(tokenizer)).save_pretrained(folder)  # a model directory, as mdsd.hf wants
+    return folder, tokenizer
+
+
+def test_build_from_files_then_info(tmp_path, tokenizer_dir, capsys):
+    folder, tokenizer = tokenizer_dir
+    texts = ["def add(a, b):\n    return a + b\n", "hello world\nhello world\n"]
+    files = []
+    for i, text in enumerate(texts):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(text)
+    out = tmp_path / "store"
+    args = ["drafters", "build", "--corpus", *map(str, files), "--tokenizer", str(folder), "--out", str(out)]
+    assert main(args) == 0
+    store = Datastore.load(out)
+    ids = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    assert store.tokens.tolist() == ids[0] + [SEPARATOR] + ids[1]
+    assert store.info["tokenizer"] == str(folder) and store.info["vocabulary"] == len(tokenizer)
+    hello = tokenizer.encode("hello world\nhello", add_special_tokens=False)
+    (best,) = store.propose(hello, width=1, depth=2)
+    assert best.tokens == tuple(ids[1][len(hello) : len(hello) + 2]), "the corpus continues the text"
+    assert "tokens from 2 documents" in capsys.readouterr().out
+    assert main(["drafters", "info", str(out)]) == 0
+    assert '"tokens": ' + str(len(store)) in capsys.readouterr().out
+
+
+def test_build_from_a_prompt_set_s_heldout_text(tmp_path, tokenizer_dir, monkeypatch):
+    prompts = importlib.import_module("mdsd.data.prompts")  # the attribute mdsd.data.prompts is a function
+
+    folder, tokenizer = tokenizer_dir
+    monkeypatch.setattr(prompts, "load_heldout", lambda name, cache=None: ["hello world", "the fox"])
+    out = tmp_path / "store"
+    args = ["drafters", "build", "--heldout", "udhr-eng", "--tokenizer", str(folder), "--out", str(out)]
+    assert main(args + ["--sort-depth", "8"]) == 0
+    store = Datastore.load(out)
+    assert store.info["heldout"] == "udhr-eng" and store.sort_depth == 8 and store.max_ngram == 7
+    assert np.count_nonzero(np.asarray(store.tokens) == SEPARATOR) == 1
+
+
+def test_bad_tokenizer_is_a_clean_error(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("x")
+    args = ["drafters", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    assert "tokenizer must be a directory or one of" in capsys.readouterr().err

@@ -1,0 +1,122 @@
+"""The decoding loop is shaped for an accelerator: few host synchronisations, no tensor made off-device.
+
+Host synchronisations are counted by patching every way a tensor's value reaches the host (``item``,
+``tolist``, ``bool``/``int``/``float``/``index`` conversions, ``cpu``, ``numpy``, ``nonzero``): a decode at
+batch 1 may use at most 4 per step, whatever the verifier and tree. A second check records every tensor
+created by a factory call made from mdsd's own code and requires an explicit device for each (so nothing is
+silently created on the CPU when the models live elsewhere).
+"""
+
+import contextlib
+import os
+import sys
+
+import pytest
+import torch
+from tiny_lms import perturbed, tiny_lm
+from torch.overrides import TorchFunctionMode
+
+import mdsd
+from mdsd import DynamicTree, Tree, TreeDecoder
+
+MAX_SYNCS_PER_STEP = 4
+_SYNCING = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero")
+_MDSD = os.path.dirname(mdsd.__file__)
+
+
+@contextlib.contextmanager
+def count_syncs(counter):
+    originals = {name: getattr(torch.Tensor, name) for name in _SYNCING}
+
+    def wrap(name, fn):
+        def counted(self, *args, **kwargs):
+            counter[name] = counter.get(name, 0) + 1
+            return fn(self, *args, **kwargs)
+
+        return counted
+
+    for name, fn in originals.items():
+        setattr(torch.Tensor, name, wrap(name, fn))
+    nonzero = torch.nonzero
+    torch.nonzero = wrap("torch.nonzero", nonzero)
+    try:
+        yield counter
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+        torch.nonzero = nonzero
+
+
+def _trees(name):
+    if name == "spechub":
+        return [Tree.kary([2, 2]), Tree((0, 0, 1, 1, 2))]
+    return [Tree.chain(3), Tree.kary([2, 2, 2]), Tree((0, 0, 0, 1, 1, 2)), DynamicTree(3, 2, 2, budget=5)]
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_lm(0, vocab=16)
+    return target, perturbed(target, 0.5, seed=1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("name", mdsd.VERIFIERS)
+def test_at_most_four_host_syncs_per_step(models, name, temperature):
+    target, draft = models
+    for tree in _trees(name):
+        dec = TreeDecoder(target, draft, tree, verifier=name, temperature=temperature)
+        prompt = torch.tensor([[3, 1, 4, 1, 5]])
+        generator = torch.Generator().manual_seed(0)
+        dec.generate(prompt, 2, generator)  # warm-up: lazy imports and caches
+        counter = {}
+        with count_syncs(counter):
+            out = dec.generate(prompt, 24, generator)
+        # generate() itself checks its input once (a few syncs outside the loop)
+        loop = sum(counter.values())
+        assert loop <= MAX_SYNCS_PER_STEP * out.steps + 8, (tree, counter, out.steps)
+
+
+class _DeviceAudit(TorchFunctionMode):
+    """Records factory calls from mdsd's own files that leave the device to the default."""
+
+    FACTORIES = {
+        torch.zeros,
+        torch.ones,
+        torch.empty,
+        torch.full,
+        torch.arange,
+        torch.eye,
+        torch.rand,
+        torch.randn,
+        torch.tensor,
+        torch.as_tensor,
+        torch.linspace,
+    }
+
+    def __init__(self):
+        super().__init__()
+        self.missing = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.FACTORIES and kwargs.get("device") is None:
+            caller = sys._getframe(1)
+            while caller is not None and caller.f_code.co_filename.startswith(
+                os.path.dirname(torch.__file__)
+            ):
+                caller = caller.f_back
+            if caller is not None and caller.f_code.co_filename.startswith(_MDSD):
+                self.missing.append(f"{func.__name__} at {caller.f_code.co_filename}:{caller.f_lineno}")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["rrs", "spechub", "kseq", "greedy"])
+def test_every_tensor_made_in_the_loop_names_its_device(models, name):
+    target, draft = models
+    tree = Tree.kary([2, 2]) if name == "spechub" else DynamicTree(3, 3, 2, budget=6)
+    dec = TreeDecoder(target, draft, tree, verifier=name, temperature=0.7)
+    generator = torch.Generator().manual_seed(0)
+    audit = _DeviceAudit()
+    with audit:
+        dec.generate_batch([[3, 1, 4], [1, 5]], 12, generator)
+    assert not audit.missing, audit.missing[:10]
