@@ -1,48 +1,44 @@
-"""Batch efficiency (tokens per target forward) of token-tree decoding with each verifier, real models.
+"""Batch efficiency (tokens per target forward) and speed of every decoding method on a real model pair.
 
-Target Qwen2.5-Coder-1.5B-Instruct, draft -0.5B (``mdsd models fetch qwen2.5-coder``, or any local
-pair via --target/--draft). For each temperature, tree and verifier, every prompt is decoded with
-:class:`mdsd.TreeDecoder`; batch efficiency is the ratio of sums Σ tokens / Σ target forwards over
-all steps of all prompts (MATH.md §4), with a 95% interval over steps. Beside it: the tokens/step
-that Sequoia's model predicts from the acceptance vector measured exactly on the real corpus
-(a_j = α(j) − α(j−1), mean over positions of :func:`mdsd.data.real_pairs`), and the SpecHub paper's
-figures for its 31-node binary tree at T = 0.6 (Llama-2-7B / llama-68m, CNN/DailyMail; MATH.md §5).
+Target Qwen2.5-Coder-1.5B-Instruct, draft -0.5B (``mdsd models fetch qwen2.5-coder``, or any local pair via
+--target/--draft). Every method decodes the same prompts (the first --prompts-per-set of each --datasets set,
+chat-templated) with the same seeds (prompt i: seed + i) and token budget, measured the same way by
+:func:`mdsd.hf.compare`: target and draft forwards counted by one forward hook for every method, tokens per
+target forward as a ratio of sums with a 95% interval over prompts, tokens per step, tokens/s. Beside each
+fixed tree, the tokens per step Sequoia's model predicts from the verifier's acceptance vector measured
+exactly on the bundled real corpus (a_j = α(j) − α(j−1), mean over positions of mdsd.data.real_pairs).
 
-Trees: ``binaryN`` (full binary, N in 2, 6, 14, 30 drafted nodes), ``ternaryN`` (3, 12, 39) and
-``sequoiaN`` (N in 4, 8, 16, 32; built per verifier from its measured acceptance vector). SpecHub
-runs only on trees whose nodes have at most 2 children; a node with one child uses single-draft
-verification. The full grid is for a GPU (``--device cuda``), where plain autoregressive decoding is
-timed too, for tokens/s. On a 2-core CPU run a stated subset, e.g. the default.
+A method is ``hf-autoregressive``, ``hf-assisted`` (HF's defaults), ``hf-assisted-heuristic`` (HF's
+grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
 
-    python experiments/batch_efficiency.py                         # CPU subset (see Config defaults)
-    # results/batch_efficiency (2-core CPU, about 10 minutes):
-    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --verifiers rrs rrsw spechub kseq greedy \\
-        --autoregressive
-    # results/batch_efficiency_binary30 (the paper's 31-node tree):
-    python experiments/batch_efficiency.py --prompts-per-set 4 --max-new-tokens 48 --trees binary30 \\
-        --verifiers rrs rrsw spechub --output-dir results/batch_efficiency_binary30
-    # results/batch_efficiency_grid (every tree family, both T; about 32 minutes):
-    python experiments/batch_efficiency.py --temperatures 0.6 1.0 --trees binary2 binary14 ternary3 \\
-        ternary12 sequoia8 sequoia16 --verifiers rrs rrsw spechub kseq greedy --max-new-tokens 32 \\
-        --output-dir results/batch_efficiency_grid
-    # the full grid, on a GPU (never run yet):
-    python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --prompts-per-set 10 \\
-        --max-new-tokens 128 --temperatures 0.6 1.0 --trees binary2 binary6 binary14 binary30 \\
-        ternary3 ternary12 sequoia4 sequoia8 sequoia16 sequoia32 --verifiers rrs rrsw spechub kseq greedy
+* TREE: ``chain:N``, ``binary:D``, ``kary:b1,b2,..``, ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (mdsd decode's
+  spelling), ``sequoia:N`` (Sequoia's best tree of N nodes for the verifier's measured acceptance vector,
+  depth <= --sequoia-depth), or ``none`` (no draft model: the source alone);
+* VERIFIER: any name TreeDecoder takes (``mdsd.VERIFIERS``);
+* POLICY: ``grow`` (HF's grow/shrink depth schedule, mdsd.tree.adaptive.GrowShrink) or ``rate`` (the depth
+  with the most expected tokens per second, ExpectedRate on the cost profiles of --profiles, from
+  experiments/cost_model.py);
+* SOURCE: ``lookup`` (prompt lookup), ``datastore`` (the suffix-array datastore in --datastore, built with
+  ``mdsd drafters build``), ``dictionary`` (SPECTRA-style n-grams learnt online), or several joined by
+  ``,`` (in priority order); --retrieve WIDTH DEPTH chains beside the model's children.
 
-Each (temperature, tree, verifier) configuration is one task of :func:`mdsd.sweep.run_tasks`, decoding
-every prompt: in this process by default, on Ray with --ray (this machine) or --ray ADDRESS (a cluster:
-`ray start --head` on one node, `ray start --address HEAD:6379` on the others, then --ray auto on the
-head; every node needs the models cached); pip install -e ".[ray]" first. A task takes --threads CPUs
-and, with --device cuda, one GPU. Finished configurations are kept in <output dir>/
-batch_efficiency.<hash>.tasks.jsonl until the run completes; --resume continues from them.
+Each (temperature, method) is one task of :func:`mdsd.sweep.run_tasks`: in this process by default, or on
+Ray with --ray (this machine) or --ray ADDRESS (a cluster; every node needs the models cached). Timings
+compare methods only when they ran alone on the same machine (the default, not --ray with parallel tasks).
+
+    python experiments/batch_efficiency.py --quick                   # tiny random models, a smoke run
+    python experiments/batch_efficiency.py                           # the CPU subset of the Config defaults
+    # results/batch_efficiency (issue 17's comparison: 8 prompts, 64 tokens, T 0.6 and 1.0, 2-core CPU):
+    python experiments/batch_efficiency.py --prompts-per-set 4 --max-new-tokens 64 --temperatures 0.6 1.0 \\
+        --output-dir results/batch_efficiency
+    # the same on a GPU:
+    python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 10 \\
+        --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/batch_efficiency_gpu
 """
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,20 +48,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from tqdm import tqdm
 
 import mdsd
-import mdsd.data
-from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import per_process, run_tasks
 
-# SpecHub (Sun et al., EMNLP 2024), 31-node binary tree (30 drafted), T = 0.6: tokens per step.
-PAPER_BINARY30_T06 = {"rrs": 2.139, "rrsw": 2.315, "spechub": 2.403}
+DEFAULT_METHODS = (
+    "hf-autoregressive",
+    "hf-assisted",
+    "chain:4/single",
+    "chain:16/single/grow",
+    "binary:3/spechub",
+    "sequoia:16/rrsw",
+    "dynamic:8,2,3,24/rrsw",
+    "dynamic:8,2,3,24/greedy",
+)
 
 
 @dataclass(frozen=True)
 class Config:
-    """Tokens per target forward of tree decoding with each verifier on a real model pair."""
+    """Tokens per target forward and tokens/s of every method on a real model pair."""
 
     target: str = field(default="", metadata={"help": "target model directory ('' = cached qwen2.5-coder)"})
     draft: str = field(default="", metadata={"help": "draft model directory ('' = cached qwen2.5-coder)"})
@@ -74,264 +76,299 @@ class Config:
     datasets: tuple[str, ...] = field(default=("mt-bench", "humaneval"), metadata={"help": "prompt sets"})
     prompts_per_set: int = field(default=1, metadata={"help": "first n prompts of each set"})
     max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
-    max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt (issue: 128)"})
-    temperatures: tuple[float, ...] = field(
-        default=(0.6,), metadata={"help": "temperatures T (issue: 0.6 1.0)"}
-    )
-    trees: tuple[str, ...] = field(default=("binary6",), metadata={"help": "binaryN, ternaryN, sequoiaN"})
-    verifiers: tuple[str, ...] = field(default=("rrs", "spechub", "greedy"), metadata={"help": "verifiers"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt"})
+    temperatures: tuple[float, ...] = field(default=(0.6,), metadata={"help": "temperatures T"})
+    methods: tuple[str, ...] = field(default=DEFAULT_METHODS, metadata={"help": "methods (module docstring)"})
+    sequoia_depth: int = field(default=8, metadata={"help": "deepest node of sequoia:N trees"})
     acceptance_positions: int = field(
-        default=300, metadata={"help": "corpus positions for acceptance vectors"}
+        default=300, metadata={"help": "corpus positions per acceptance vector"}
     )
     corpus: str = field(default="", metadata={"help": "corpus .npz for acceptance vectors ('' = bundled)"})
-    autoregressive: bool = field(default=False, metadata={"help": "also time plain autoregressive decoding"})
-    threads: int = field(default=2, metadata={"help": "torch CPU threads (the machine is shared)"})
-    seed: int = field(default=0, metadata={"help": "seed of every decode (one generator per prompt)"})
-    output_dir: str = field(default="results/batch_efficiency", metadata={"help": "where results go"})
+    retrieve: tuple[int, ...] = field(default=(1, 8), metadata={"help": "retrieved chains: WIDTH DEPTH"})
+    datastore: str = field(default="", metadata={"help": "datastore directory for +datastore methods"})
+    profiles: str = field(default="", metadata={"help": "cost_model output directory for /rate methods"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads"})
+    seed: int = field(default=0, metadata={"help": "seed of prompt i's decode: seed + i"})
+    quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
     ray: str = field(
         default="",
-        metadata={
-            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
-            "const": "local",
-            "run": True,
-        },
+        metadata={"help": "run on Ray: --ray (here), --ray auto or HOST:PORT", "const": "local", "run": True},
     )
-    resume: bool = field(
-        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
-    )
+    resume: bool = field(default=False, metadata={"help": "continue an interrupted run", "run": True})
 
 
-def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> np.ndarray:
+def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> list[float]:
     """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
 
-    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1); entries that
-    cannot be computed exactly (RRSw, j >= 3; SpecHub, j != 2) end the vector there.
+    α(j) is the exact acceptance of ``name`` with j drafts (the single-draft verifier where ``name`` has no
+    j = 1); the vector ends at the first j the verifier cannot take or has no exact acceptance for.
     """
     pairs = mdsd.data.real_pairs(temperature, corpus or None)
     alphas = [0.0]
     for j in range(1, width + 1):
-        if (name == "spechub" and j > 2) or (name == "rrsw" and j > 2):
-            break
-        v = mdsd.verifier("single" if j == 1 else name, j)
+        try:
+            v = mdsd.verifier(name, j)
+        except ValueError:
+            if j > 1:
+                break
+            v = mdsd.verifier("single", 1)
         values = []
         for r in range(min(positions, len(pairs))):
             keep = np.append(pairs.support[r] >= 0, True)
-            values.append(v.acceptance(pairs.p[r][keep], pairs.q[r][keep]))
+            try:
+                values.append(v.acceptance(pairs.p[r][keep], pairs.q[r][keep]))
+            except ValueError:  # no exact routine at this size (e.g. RRSw, k >= 3 on a wide row)
+                values = None
+                break
+        if values is None:
+            break
         alphas.append(float(np.mean(values)))
-    return np.clip(np.diff(alphas), 0.0, 1.0)
+    return np.clip(np.diff(alphas), 0.0, 1.0).tolist()
 
 
-def make_tree(spec: str, acceptance: np.ndarray) -> mdsd.Tree:
-    """``binaryN``/``ternaryN`` full trees with N drafted nodes, or ``sequoiaN`` from ``acceptance``."""
-    for prefix, b in (("binary", 2), ("ternary", 3)):
-        if spec.startswith(prefix):
-            n = int(spec[len(prefix) :])
-            depth = round(math.log(n * (b - 1) / b + 1, b))
-            if sum(b**d for d in range(1, depth + 1)) != n:
-                raise ValueError(f"no full {prefix} tree has {n} drafted nodes (spec {spec!r})")
-            return mdsd.Tree.kary([b] * depth)
-    if spec.startswith("sequoia"):
-        return mdsd.Tree.sequoia(acceptance.tolist(), int(spec[len("sequoia") :]), max_depth=8)
-    raise ValueError(f"tree must be binaryN, ternaryN or sequoiaN, got {spec!r}")
+def make_method(spec: str, temperature: float, config: Config, tokenizer=None):
+    """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
+    from mdsd.cli.decode import parse_tree
+    from mdsd.hf import HFAssisted, TreeMethod
+    from mdsd.tree.adaptive import ExpectedRate, GrowShrink
+
+    if spec in ("hf-autoregressive", "hf-assisted"):
+        return spec, None
+    if spec == "hf-assisted-heuristic":
+        return HFAssisted(num_assistant_tokens_schedule="heuristic"), None
+    head, _, source_spec = spec.partition("+")
+    parts = head.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
+    tree_spec, verifier = parts[:2]
+    a = None
+    if tree_spec == "none":
+        tree = None
+    elif tree_spec.startswith("sequoia:"):
+        a = acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
+        tree = mdsd.Tree.sequoia(a, int(tree_spec.split(":")[1]), config.sequoia_depth)
+    else:
+        tree = parse_tree(tree_spec)
+    depth = None
+    if len(parts) == 3:
+        if parts[2] == "grow":
+            depth = GrowShrink()
+        elif parts[2] == "rate":
+            depth = _rate_policy(tree, config, ExpectedRate)
+        else:
+            raise ValueError(f"method {spec!r}: the policy must be grow or rate")
+    source = _source(source_spec, config, tokenizer) if source_spec else None
+    if isinstance(tree, mdsd.Tree) and depth is None and source is None:
+        a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
+        predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
+    else:
+        predicted = None
+    method = TreeMethod(tree, verifier, depth, label=spec, source=source, retrieve=tuple(config.retrieve))
+    return method, predicted
+
+
+def _rate_policy(tree, config: Config, policy):
+    if not config.profiles:
+        raise ValueError(
+            "a /rate method needs --profiles (the output directory of experiments/cost_model.py)"
+        )
+    folder = Path(config.profiles)
+    target, draft = (mdsd.CostProfile.load(folder / f"{who}_profile.json") for who in ("target", "draft"))
+    context = config.max_prompt_tokens + config.max_new_tokens // 2
+    seconds = mdsd.depth_seconds(target, draft, tree, batch=1, context=context, extrapolate=True)
+    return policy(seconds=seconds)
+
+
+def _source(spec: str, config: Config, tokenizer):
+    from mdsd.drafters import Datastore, Dictionary, Priority, PromptLookup
+
+    made = []
+    for name in spec.split(","):
+        if name == "lookup":
+            made.append(PromptLookup())
+        elif name == "dictionary":
+            made.append(Dictionary())
+        elif name == "datastore":
+            if not config.datastore:
+                raise ValueError("a +datastore method needs --datastore (mdsd drafters build ... --out DIR)")
+            made.append(Datastore.load(config.datastore))
+        else:
+            raise ValueError(f"source {name!r} must be lookup, datastore or dictionary")
+    return made[0] if len(made) == 1 else Priority(made)
+
+
+def tiny_pair(seed: int, vocab: int = 64):
+    """A random-weight Qwen2 target (2 layers) and a smaller draft (1 layer) for --quick."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    models = []
+    for offset, (hidden, layers) in enumerate(((64, 2), (32, 1))):
+        config = Qwen2Config(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+            eos_token_id=None,
+        )
+        config._attn_implementation = "sdpa"
+        with torch.random.fork_rng():  # transformers initialises weights from the global RNG
+            torch.manual_seed(seed + offset)
+            models.append(Qwen2ForCausalLM(config).eval())
+    return models
+
+
+def load(config: Config, models: tuple[str, str] | None):
+    """(target, draft, tokenizer): the real pair (loaded once per process), or the quick tiny pair."""
+    if config.quick:
+        target, draft = per_process(tiny_pair, config.seed)
+        return target.to(config.device), draft.to(config.device), None
+    from mdsd.hf import load_pair
+
+    return per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+
+
+def run_configuration(task: dict, todo: list[list[int]], models, config: Config) -> dict:
+    """A sweep task: one method at one temperature over every prompt, measured by mdsd.hf.compare."""
+    from mdsd.hf import compare
+
+    torch.set_num_threads(config.threads)
+    target, draft, tokenizer = load(config, models)
+    t = task["temperature"]
+    method, predicted = make_method(task["method"], t, config, tokenizer)
+    result = compare([method], todo, target, draft, config.max_new_tokens, t, seed=config.seed)
+    row = result.records()[0]
+    outputs = [run.output for run in result.runs]
+    accepted = sum(sum(getattr(o, "accepted_per_step", [])) for o in outputs)
+    retrieved = sum(sum(getattr(o, "retrieved_per_step", [])) for o in outputs)
+    return row | {
+        "method": task["method"],
+        "temperature": t,
+        "predicted_tokens_per_step": predicted,
+        "retrieved_share": retrieved / accepted if "+" in task["method"] and accepted else None,
+        "per_prompt": [
+            {
+                "tokens": r.tokens,
+                "target_forwards": r.target_forwards,
+                "draft_forwards": r.draft_forwards,
+                "seconds": r.seconds,
+            }
+            for r in result.runs
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
-    from mdsd.data.prompts import prompts
-    from mdsd.hf.load import load_tokenizer, pair_paths
-
     torch.set_num_threads(config.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    target_dir, draft_dir = (config.target, config.draft) if config.target else pair_paths("qwen2.5-coder")
-    tokenizer = load_tokenizer(target_dir)
-    todo = [
-        p
-        for name in config.datasets
-        for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
-    ]
-    # ---- the sweep: one task per (temperature, tree, verifier) configuration (mdsd.sweep) ----
-    tasks = []
-    for t in config.temperatures:
-        if config.autoregressive:
-            tasks.append({"temperature": t, "verifier": "autoregressive"})
-        for name in config.verifiers:
-            a = acceptance_vector(name, t, config.acceptance_positions, config.corpus, width=3)
-            for spec in config.trees:
-                tree = make_tree(spec, a)
-                widest = int(tree.branching.max())
-                if (
-                    (name == "spechub" and widest > 2)
-                    or widest > max(a.size, 1)
-                    and spec.startswith("sequoia")
-                ):
-                    continue
-                tasks.append({"temperature": t, "verifier": name, "tree": spec, "acceptance": a.tolist()})
-    out = Path(config.output_dir)
+    models, prompt_sets, described = None, [], {}
+    if config.quick:
+        gen = torch.Generator().manual_seed(config.seed)
+        todo = [torch.randint(64, (int(n),), generator=gen).tolist() for n in (5, 9, 13, 7)]
+    else:
+        from mdsd.data.prompts import prompts
+        from mdsd.hf import describe_model, load_tokenizer, pair_paths
+
+        models = (
+            (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
+        )
+        tokenizer = load_tokenizer(models[0])
+        todo = [
+            list(p.input_ids)
+            for name in config.datasets
+            for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
+        ]
+        prompt_sets = list(config.datasets)
+        described = {"target": describe_model(models[0]), "draft": describe_model(models[1])}
+    tasks = [{"temperature": t, "method": m} for t in config.temperatures for m in config.methods]
+    out = output_dir("batch_efficiency", config.output_dir)
     with partial_results(out, "batch_efficiency", config, config.resume) as checkpoint:
         rows = run_tasks(
             run_configuration,
             tasks,
-            shared={"todo": todo, "models": (str(target_dir), str(draft_dir)), "config": config},
+            shared={"todo": todo, "models": models, "config": config},
             ray=config.ray or None,
             num_cpus=config.threads,
             num_gpus=1 if config.device.startswith("cuda") else 0,
             checkpoint=checkpoint,
             desc="batch efficiency",
         )
-        # ---- end of the sweep ----
         write_results(
-            out, "batch_efficiency", rows, config, config.seed, paper_binary30_t06=PAPER_BINARY30_T06
+            out, "batch_efficiency", rows, config, config.seed, models=described, prompt_sets=prompt_sets
         )
-        _plot(rows, out / "batch_efficiency.png")
-        (out / "summary.md").write_text(_summary(rows, config))
+        plot(rows, out / "batch_efficiency.png")
+        (out / "summary.md").write_text(summary(rows, config, len(todo)))
     print((out / "summary.md").read_text())
 
 
-def run_configuration(task: dict, todo: list, models: tuple[str, str], config: Config) -> dict:
-    """A sweep task: one (temperature, tree, verifier) configuration decoded over every prompt."""
-    from mdsd.hf.load import load_pair
-    from mdsd.hf.record import sample_continuation
-
-    # loaded once per process: here, or in each Ray worker
-    target, draft, tokenizer = per_process(load_pair, *models, dtype=config.dtype, device=config.device)
-    t = task["temperature"]
-    if task["verifier"] == "autoregressive":
-        return _autoregressive(target, todo, t, config, tokenizer.eos_token_id, sample_continuation)
-    a = np.array(task["acceptance"])
-    tree = make_tree(task["tree"], a)
-    return _decode(target, draft, tree, task["tree"], task["verifier"], t, a, todo, config)
-
-
-def _decode(target, draft, tree, spec, name, t, a, todo, config) -> dict:
-    decoder = mdsd.TreeDecoder(target, draft, tree, verifier=name, temperature=t)
-    per_step: list[int] = []
-    produced, seconds, accepted = 0, 0.0, []
-    for prompt in tqdm(todo, desc=f"T={t} {spec} {name}", leave=False):
-        generator = torch.Generator(device=config.device).manual_seed(config.seed + prompt.index)
-        ids = torch.tensor([prompt.input_ids], device=config.device)
-        start = time.perf_counter()
-        out = decoder.generate(ids, config.max_new_tokens, generator=generator)
-        seconds += time.perf_counter() - start
-        per_step += out.tokens_per_step
-        accepted += out.accepted_per_step
-        produced += out.tokens.numel()
-    steps = np.array(per_step, dtype=np.float64)
-    predicted = tree.expected_tokens(a.tolist()) if int(tree.branching.max()) <= a.size else None
-    return {
-        "temperature": t,
-        "tree": spec,
-        "drafted_nodes": tree.size,
-        "verifier": name,
-        "prompts": len(todo),
-        "steps": int(steps.size),
-        "tokens_per_step": float(steps.mean()),
-        "ci95": float(1.96 * steps.std(ddof=1) / math.sqrt(steps.size)) if steps.size > 1 else None,
-        "predicted_tokens_per_step": predicted,
-        "acceptance_vector": [round(float(x), 4) for x in a],
-        "tokens_per_second": produced / seconds,
-        "mean_accepted": float(np.mean(accepted)),
-    }
-
-
-def _autoregressive(target, todo, t, config, eos, sample_continuation) -> dict:
-    produced, seconds = 0, 0.0
-    for prompt in tqdm(todo, desc=f"T={t} autoregressive", leave=False):
-        generator = torch.Generator().manual_seed(config.seed + prompt.index)
-        start = time.perf_counter()
-        tokens, _ = sample_continuation(
-            target, torch.tensor(prompt.input_ids), config.max_new_tokens, t, generator, eos
-        )
-        seconds += time.perf_counter() - start
-        produced += tokens.numel()
-    return {
-        "temperature": t,
-        "tree": "none",
-        "drafted_nodes": 0,
-        "verifier": "autoregressive",
-        "prompts": len(todo),
-        "steps": produced,
-        "tokens_per_step": 1.0,
-        "tokens_per_second": produced / seconds,
-    }
-
-
-def _plot(rows: list[dict], path: Path) -> None:
-    """One panel per temperature: measured tokens/step (± 95%) and the prediction, per tree and verifier."""
-    rows = [r for r in rows if r["verifier"] != "autoregressive"]
+def plot(rows: list[dict], path: Path) -> None:
+    """One row of panels per temperature: tokens per target forward (± 95%) and tokens/s, per method."""
     temps = sorted({r["temperature"] for r in rows})
-    trees = list(dict.fromkeys(r["tree"] for r in rows))  # in the order given
-    names = sorted({r["verifier"] for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, axes = plt.subplots(
-        1, len(temps), figsize=(1.2 + max(4.0, 0.9 * len(trees)) * len(temps), 4), squeeze=False, sharey=True
+        len(temps), 2, figsize=(11, 0.35 * len(methods) * len(temps) + 1.5), squeeze=False
     )
-    width = 0.8 / len(names)
-    for ax, t in zip(axes[0], temps, strict=True):
-        for j, name in enumerate(names):
-            color = f"C{j}"
-            for r in rows:
-                if (r["temperature"], r["verifier"]) != (t, name):
-                    continue
-                x = trees.index(r["tree"]) + (j - (len(names) - 1) / 2) * width
-                ax.errorbar(
-                    x,
-                    r["tokens_per_step"],
-                    yerr=r["ci95"] or 0,
-                    fmt="o",
-                    color=color,
-                    markersize=4,
-                    capsize=2,
-                )
-                if r.get("predicted_tokens_per_step") is not None:
-                    ax.plot(x, r["predicted_tokens_per_step"], "x", color=color, markersize=6)
-                if (r["tree"], t) == ("binary30", 0.6) and name in PAPER_BINARY30_T06:
-                    ax.plot(x, PAPER_BINARY30_T06[name], "*", color=color, markersize=8)
-            ax.plot([], [], "o", color=color, label=name)
-        ax.plot([], [], "x", color="gray", label="predicted")
-        if "binary30" in trees and t == 0.6:
-            ax.plot([], [], "*", color="gray", label="SpecHub paper (Llama-2)")
-        ax.set_xticks(range(len(trees)), trees, rotation=30)
-        ax.set(title=f"T = {t}", xlabel="tree (drafted nodes)")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("tokens per target forward")
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.suptitle("Tokens per target forward, measured (± 95%) and predicted")
+    for (left, right), t in zip(axes, temps, strict=True):
+        mine = {r["method"]: r for r in rows if r["temperature"] == t}
+        y = np.arange(len(methods))
+        tpf = [mine[m]["tokens_per_forward"] if m in mine else np.nan for m in methods]
+        err = np.array(
+            [
+                [
+                    mine[m]["tokens_per_forward"] - mine[m]["ci95"][0],
+                    mine[m]["ci95"][1] - mine[m]["tokens_per_forward"],
+                ]
+                if m in mine and mine[m]["ci95"]
+                else [0.0, 0.0]
+                for m in methods
+            ]
+        ).T
+        left.barh(y, tpf, xerr=err, color="C0", capsize=2)
+        for i, m in enumerate(methods):
+            pred = mine.get(m, {}).get("predicted_tokens_per_step")
+            if pred is not None:
+                left.plot(pred, i, "kx")
+        left.set_yticks(y, methods, fontsize=7)
+        left.set(xlabel="tokens per target forward (x: Sequoia prediction)", title=f"T = {t}")
+        right.barh(y, [mine[m]["tokens_per_second"] if m in mine else np.nan for m in methods], color="C1")
+        right.set_yticks(y, [""] * len(methods))
+        right.set(xlabel="tokens/s", title=f"T = {t}")
+        for ax in (left, right):
+            ax.invert_yaxis()
+            ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def _summary(rows: list[dict], config: Config) -> str:
+def summary(rows: list[dict], config: Config, prompts: int) -> str:
+    source = "tiny random models (--quick)" if config.quick else "Qwen2.5-Coder-1.5B target, 0.5B draft"
     lines = [
-        "# Batch efficiency with tree decoding (Qwen2.5-Coder-1.5B target, 0.5B draft)",
+        f"# Batch efficiency and speed ({source})",
         "",
-        f"Device {config.device}, dtype {config.dtype}; prompts: the first {config.prompts_per_set} of "
-        f"{', '.join(config.datasets)} (<= {config.max_prompt_tokens} tokens), "
-        f"{config.max_new_tokens} new tokens each, seed {config.seed}.",
+        f"Device {config.device}, dtype {config.dtype}, {config.threads} threads; {prompts} prompts "
+        f"({', '.join(config.datasets)}), {config.max_new_tokens} new tokens each; prompt i decoded with "
+        f"seed {config.seed} + i by every method. Tokens per target forward: ratio of sums, 95% interval "
+        "over prompts; forwards counted by one forward hook for every method.",
         "",
-        "| T | tree | verifier | tokens/step ± 95% | predicted (Sequoia model) | SpecHub paper | tokens/s |",
-        "|---|---|---|---|---|---|---|",
+        "| T | method | tokens / target forward (95% CI) | predicted | tokens / step | tokens/s | "
+        "target fwd | draft fwd | from source |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ci = f" ± {r['ci95']:.3f}" if r.get("ci95") is not None else ""
-        pred = r.get("predicted_tokens_per_step")
-        paper = (
-            PAPER_BINARY30_T06.get(r["verifier"])
-            if (r["tree"], r["temperature"]) == ("binary30", 0.6)
-            else None
-        )
-        pred_cell = "" if pred is None else f"{pred:.3f}"
-        paper_cell = "" if paper is None else f"{paper}"
+        ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
+        pred = "" if r.get("predicted_tokens_per_step") is None else f"{r['predicted_tokens_per_step']:.2f}"
+        share = "" if r.get("retrieved_share") is None else f"{r['retrieved_share']:.0%}"
         lines.append(
-            f"| {r['temperature']} | {r['tree']} | {r['verifier']} | {r['tokens_per_step']:.3f}{ci} | "
-            f"{pred_cell} | {paper_cell} | {r['tokens_per_second']:.2f} |"
+            f"| {r['temperature']} | {r['method']} | {r['tokens_per_forward']:.3f}{ci} | {pred} | "
+            f"{r['tokens_per_step']:.3f} | {r['tokens_per_second']:.2f} | {r['target_forwards']} | "
+            f"{r['draft_forwards']} | {share} |"
         )
-    lines += [
-        "",
-        "Predicted: Sequoia's expected tokens per step for the tree, from the acceptance vector",
-        "a_j = α(j) − α(j−1) measured exactly on the bundled real corpus (first positions) at the same T.",
-        "SpecHub paper: Llama-2-7B-chat / llama-68m on CNN/DailyMail, 31-node binary tree, T = 0.6",
-        "(a different model pair: for scale, not a target).",
-    ]
     return "\n".join(lines) + "\n"
 
 

@@ -107,26 +107,31 @@ class TreeMethod:
     'mdsd single chain:4'
     """
 
-    tree: Tree | DynamicTree
+    tree: Tree | DynamicTree | None
     verifier: str = "spechub"
     depth: DepthPolicy | None = None
     label: str = ""
+    source: object | None = None  # a training-free draft source (mdsd.drafters); tree None: the source alone
+    retrieve: tuple[int, int] = (1, 4)
 
     @property
     def name(self) -> str:
         label = self.label or _describe(self.tree)
         policy = f" + {type(self.depth).__name__}" if self.depth is not None else ""
-        return f"mdsd {self.verifier} {label}{policy}"
+        source = f" + {self.source.name}" if self.source is not None and not self.label else ""
+        return f"mdsd {self.verifier} {label}{policy}{source}"
 
     def _prepare(self, check: _Checked, draft: torch.nn.Module) -> Decode:
         decoder = TreeDecoder(
             check.target,
-            draft,
+            draft if self.tree is not None else None,
             self.tree,
             verifier=self.verifier,
             temperature=check.temperature,
             eos_token_id=sorted(check.eos),
             depth=self.depth,
+            source=self.source,
+            retrieve=self.retrieve,
         )
         device = next(check.target.parameters()).device
 
@@ -137,7 +142,9 @@ class TreeMethod:
         return decode
 
 
-def _describe(tree: Tree | DynamicTree) -> str:
+def _describe(tree: Tree | DynamicTree | None) -> str:
+    if tree is None:
+        return "no model tree"
     if isinstance(tree, DynamicTree):
         return f"dynamic:{tree.depth},{tree.k},{tree.expand}" + (f",{tree.budget}" if tree.budget else "")
     return f"tree of {tree.size} nodes, depth {tree.max_depth}"

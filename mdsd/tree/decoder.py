@@ -59,6 +59,8 @@ class TreeDecodeOutput:
         ``len(tokens)`` and batch efficiency is ``len(tokens) / steps``.
     accepted_per_step : list of int
         Drafted tokens each step's verification accepted (the last step may accept more than it emits).
+    retrieved_per_step : list of int
+        How many of them came from a source's retrieved chains (the rest from the draft model).
     depth_per_step : list of int
         Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
@@ -78,6 +80,7 @@ class TreeDecodeOutput:
     steps: int
     tokens_per_step: list[int]
     accepted_per_step: list[int]
+    retrieved_per_step: list[int]
     depth_per_step: list[int]
     draft_forwards: int
     step_seconds: list[float]
@@ -95,6 +98,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     tokens_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
+    retrieved_per_step: list[int] = field(default_factory=list)
     depth_per_step: list[int] = field(default_factory=list)
     draft_forwards: int = 0
     step_seconds: list[float] = field(default_factory=list)
@@ -306,6 +310,7 @@ class TreeDecoder:
                 steps=len(row.tokens_per_step),
                 tokens_per_step=row.tokens_per_step,
                 accepted_per_step=row.accepted_per_step,
+                retrieved_per_step=row.retrieved_per_step,
                 depth_per_step=row.depth_per_step,
                 draft_forwards=row.draft_forwards,
                 step_seconds=row.step_seconds,
@@ -352,7 +357,7 @@ class TreeDecoder:
     def _record(self, summary, rows, active, depths, forwards, max_new_tokens) -> np.ndarray:
         """Append each row's emitted tokens (cut at EOS or the budget); return which rows are done [B]."""
         done = np.zeros(len(summary), dtype=bool)
-        for b, (count, accepted, _, _, _, bad, *emitted) in enumerate(summary):
+        for b, (count, accepted, _, _, _, retrieved, bad, *emitted) in enumerate(summary):
             if bad:
                 who = "draft" if bad & 1 else "target"
                 raise ValueError(f"the {who} model returned NaN or infinite logits")
@@ -366,6 +371,7 @@ class TreeDecoder:
                     break
             row.tokens_per_step.append(len(row.tokens) - before)
             row.accepted_per_step.append(accepted)
+            row.retrieved_per_step.append(retrieved)
             row.depth_per_step.append(int(depths[b]))
             row.draft_forwards += forwards
         return done

@@ -131,6 +131,7 @@ class Outcome:
     emitted: torch.Tensor  # [B, D + 1] tokens emitted this step (-1 after the end)
     count: torch.Tensor  # [B] tokens emitted
     accepted: torch.Tensor  # [B] drafted nodes accepted
+    retrieved: torch.Tensor  # [B] of them from retrieved chains (a source's proposals)
     target_keep: torch.Tensor  # [B, W_t] block slots the target cache keeps (compacted to the front)
     target_kept: torch.Tensor  # [B]
     draft_keep: torch.Tensor  # [B, W_d]
@@ -139,10 +140,11 @@ class Outcome:
     draft_next: Pending  # [B, D + 1] (left-padded) the tokens the draft reads next
 
     def host(self, bad: torch.Tensor) -> list[list[int]]:
-        """Per row: [count, accepted, target_kept, draft_kept, draft_next, bad, *emitted] as Python ints,
-        in one transfer (the step's only synchronisation)."""
+        """Per row: [count, accepted, target_kept, draft_kept, draft_next, retrieved, bad, *emitted] as Python
+        ints, in one transfer (the step's only synchronisation)."""
         pending = self.draft_next.real.sum(1)
-        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, pending, bad.long()]
+        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, pending, self.retrieved]
+        columns.append(bad.long())
         return torch.cat([torch.stack(columns, 1), self.emitted], dim=1).tolist()
 
 
@@ -207,6 +209,7 @@ def walk(
         emitted,
         accepted + has_final.long(),
         accepted,
+        (path >= drafted.plan.model_nodes).sum(1),
         target_keep,
         target_kept,
         draft_keep,

@@ -95,38 +95,41 @@ def test_batch_efficiency_runs_tree_decoding_end_to_end(tiny_pair, corpus, tmp_p
         "--datasets",
         "mt-bench",
     ]
-    flags += [
-        "--corpus",
-        str(corpus),
-        "--max-new-tokens",
-        "6",
-        "--trees",
-        "binary2",
-        "sequoia4",
-        "--threads",
-        "1",
-    ]
-    _script("batch_efficiency")["main"]([*flags, "--verifiers", "rrs", "spechub", "--output-dir", str(out)])
-    rows = json.loads((out / "batch_efficiency.json").read_text())["rows"]
-    assert {(r["tree"], r["verifier"]) for r in rows} == {
-        (t, v) for t in ("binary2", "sequoia4") for v in ("rrs", "spechub")
-    }
-    for row in rows:
-        depth = 1 if row["tree"] == "binary2" else row["drafted_nodes"]
-        assert 1 <= row["tokens_per_step"] <= depth + 1
-        assert (
-            row["predicted_tokens_per_step"] is not None
-            and 1 <= row["predicted_tokens_per_step"] <= depth + 1
+    flags += ["--corpus", str(corpus), "--max-new-tokens", "6", "--threads", "1", "--sequoia-depth", "3"]
+    methods = ["hf-autoregressive", "hf-assisted", "binary:1/rrs", "sequoia:4/spechub", "chain:3/single/grow"]
+    methods += ["none/topk+lookup", "kary:2/rrsw+lookup,dictionary"]
+    _script("batch_efficiency")["main"]([*flags, "--methods", *methods, "--output-dir", str(out)])
+    payload = json.loads((out / "batch_efficiency.json").read_text())
+    rows = {r["method"]: r for r in payload["rows"]}
+    assert list(rows) == methods and payload["metadata"]["prompt_sets"][0]["name"] == "mt-bench"
+    assert payload["metadata"]["models"]["target"]["weights_sha256"]
+    for name, row in rows.items():
+        assert row["tokens"] == 6 and row["tokens_per_forward"] == row["tokens"] / row["target_forwards"]
+        assert (row["draft_forwards"] == 0) == (name in ("hf-autoregressive", "none/topk+lookup"))
+        assert (row["predicted_tokens_per_step"] is not None) == (
+            name in ("binary:1/rrs", "sequoia:4/spechub")
         )
-    assert "| 0.6 | binary2 | rrs |" in (out / "summary.md").read_text()
+        if "+" not in name:  # a share of accepted tokens from the source (None when none was accepted)
+            assert row["retrieved_share"] is None
+    assert rows["hf-autoregressive"]["target_forwards"] == 6
+    assert "| 0.6 | sequoia:4/spechub |" in (out / "summary.md").read_text()
 
 
-def test_make_tree_specs():
-    make_tree = _script("batch_efficiency")["make_tree"]
-    assert [make_tree(f"binary{n}", np.array([0.5, 0.2])).size for n in (2, 6, 14, 30)] == [2, 6, 14, 30]
-    assert [make_tree(f"ternary{n}", np.array([0.5])).size for n in (3, 12, 39)] == [3, 12, 39]
-    assert make_tree("sequoia8", np.array([0.6, 0.2])).size <= 8
-    with pytest.raises(ValueError, match="no full binary tree has 5"):
-        make_tree("binary5", np.array([0.5]))
-    with pytest.raises(ValueError, match="tree must be"):
-        make_tree("star4", np.array([0.5]))
+def test_method_specs(corpus):
+    make_method = _script("batch_efficiency")["make_method"]
+    config = _script("batch_efficiency")["Config"](corpus=str(corpus))
+    method, predicted = make_method("kary:2,1/rrsw", 0.6, config)
+    assert method.tree == mdsd.Tree.kary([2, 1]) and method.verifier == "rrsw" and predicted > 1
+    method, _ = make_method("sequoia:8/greedy", 1.0, config)
+    assert method.tree.size <= 8
+    method, predicted = make_method("dynamic:3,2,2,4/rrs/grow+lookup", 0.6, config)
+    assert method.depth is not None and method.source.name == "prompt-lookup" and predicted is None
+    for bad, match in [
+        ("binary:2", "TREE/VERIFIER"),
+        ("chain:2/rrs/fast", "policy"),
+        ("chain:2/rrs+web", "source"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            make_method(bad, 0.6, config)
+    with pytest.raises(ValueError, match="--profiles"):
+        make_method("chain:4/single/rate", 0.6, config)

@@ -211,3 +211,8 @@ def test_greedy_with_training_free_sources_equals_target_generate(with_model):
     for ref, out in zip(reference.values(), outs, strict=True):
         assert out.tokens.tolist() == ref
     assert np.mean([o.mean_tokens_per_step for o in outs]) > 4  # the datastore holds the answer
+    for out in outs:
+        assert all(0 <= r <= a for r, a in zip(out.retrieved_per_step, out.accepted_per_step, strict=True))
+        if not with_model:
+            assert out.retrieved_per_step == out.accepted_per_step
+    assert sum(sum(o.retrieved_per_step) for o in outs) > 0
