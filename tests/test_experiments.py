@@ -134,3 +134,25 @@ def test_partial_results_is_kept_on_failure_refused_without_resume_and_deleted_o
     assert not path.exists()
     with partial_results(tmp_path, "exp", Config(n=4), resume=False) as other:  # another config: another file
         assert other != path
+
+
+def test_batch_efficiency_quick(tmp_path):
+    methods = ["hf-autoregressive", "chain:3/single", "dynamic:3,2,2,4/rrsw/grow", "binary:1/rrs+lookup"]
+    rows = run_script("batch_efficiency", tmp_path, "--max-new-tokens", "6", "--methods", *methods)["rows"]
+    assert [r["method"] for r in rows] == methods
+    for r in rows:  # every method emits the budget; the ratio is the totals'
+        assert r["tokens"] == 4 * 6 and r["tokens_per_forward"] == pytest.approx(
+            r["tokens"] / r["target_forwards"]
+        )
+        assert sum(p["tokens"] for p in r["per_prompt"]) == r["tokens"]
+    assert rows[0]["target_forwards"] == rows[0]["tokens"]  # autoregressive: one forward per token
+    assert "| 0.6 | chain:3/single |" in (tmp_path / "summary.md").read_text()
+
+
+def test_draft_sources_quick(tmp_path):
+    rows = run_script("draft_sources", tmp_path, "--max-new-tokens", "6")["rows"]
+    assert {r["dataset"] for r in rows} == {"humaneval", "mt-bench"}
+    assert not any("datastore" in r["method"] for r in rows)  # --quick has no datastore
+    alone = [r for r in rows if r["method"].startswith("none/")]
+    assert alone and all(r["draft_forwards"] == 0 for r in alone)
+    assert "## humaneval, T = 0.6" in (tmp_path / "summary.md").read_text()

@@ -1,0 +1,194 @@
+"""Where drafts come from: the draft model against training-free sources, and mixed trees, on a real pair.
+
+Per prompt set (HumanEval: code; MT-Bench: chat), the methods of experiments/batch_efficiency.py (same
+prompts, seeds, budget, forward hooks; tokens per target forward with a 95% interval over prompts, tokens/s)
+for every source of draft tokens:
+
+* ``model``: the draft model's trees (chain:4, binary:3 = 14 nodes, a Sequoia tree of 16 nodes);
+* ``lookup`` (prompt + output so far), ``datastore`` (a suffix array over the CPython standard library's
+  .py files and a transformers wheel's, 19.8 M Qwen tokens: ``python benchmarks/bench_drafters.py`` builds it
+  into the mdsd cache), ``dictionary`` (SPECTRA-style n-grams of the target's own accepted tokens): each
+  alone, as ``--retrieve`` WIDTH chains of DEPTH deterministic tokens, verified exactly (a child is accepted
+  iff the target's token is it);
+* mixed trees: the model's tree with retrieved chains beside its root children (mdsd.drafters.mixed), and the
+  share of accepted tokens that came from the source.
+
+The summary says, per set and temperature, which source beats the draft model on tokens per target forward
+and on tokens/s, and which loses.
+
+    python experiments/draft_sources.py --quick                      # tiny models, prompt lookup only
+    # results/draft_sources (2-core CPU; about 90 minutes):
+    python experiments/draft_sources.py --prompts-per-set 4 --max-new-tokens 64 \\
+        --output-dir results/draft_sources
+    # on a GPU:
+    python experiments/draft_sources.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 20 \\
+        --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/draft_sources_gpu
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import batch_efficiency  # noqa: E402  (the sibling experiment: method specs and the measured decode)
+
+from mdsd.data import cache_dir  # noqa: E402
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results  # noqa: E402
+from mdsd.sweep import run_tasks  # noqa: E402
+
+METHODS = (
+    "chain:4/single",
+    "binary:3/rrsw",
+    "sequoia:16/rrsw",
+    "none/topk+lookup",
+    "none/topk+datastore",
+    "none/topk+dictionary",
+    "none/topk+lookup,datastore",
+    "chain:4/single+lookup",
+    "binary:3/rrsw+datastore",
+    "binary:3/rrsw+lookup,datastore",
+)
+DATASTORE = "datastores/cpython-stdlib-qwen2.5-coder"  # under the mdsd cache (benchmarks/bench_drafters.py)
+
+
+@dataclass(frozen=True)
+class Config(batch_efficiency.Config):
+    """Tokens per target forward by source of drafts, per prompt set."""
+
+    datasets: tuple[str, ...] = field(default=("humaneval", "mt-bench"), metadata={"help": "prompt sets"})
+    methods: tuple[str, ...] = field(default=METHODS, metadata={"help": "methods (batch_efficiency's specs)"})
+    retrieve: tuple[int, ...] = field(default=(2, 8), metadata={"help": "retrieved chains: WIDTH DEPTH"})
+    datastore: str = field(default="", metadata={"help": "datastore directory ('' = the cached stdlib one)"})
+
+
+def run_configuration(task: dict, todo: dict, models, config: Config) -> dict:
+    """A sweep task: one method on one prompt set at one temperature."""
+    row = batch_efficiency.run_configuration(task, todo[task["dataset"]], models, config)
+    return row | {"dataset": task["dataset"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = config_from_cli(Config, argv)
+    if config.quick:
+        config = replace(config, methods=tuple(m for m in config.methods if "datastore" not in m))
+    elif not config.datastore:
+        config = replace(config, datastore=str(cache_dir() / DATASTORE))
+    torch.set_num_threads(config.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    models, described = None, {}
+    if config.quick:
+        gen = torch.Generator().manual_seed(config.seed)
+        todo = {
+            d: [torch.randint(8, (int(n),), generator=gen).tolist() * 3 for n in (4, 6)]
+            for d in config.datasets
+        }
+    else:
+        from mdsd.data.prompts import prompts
+        from mdsd.hf import describe_model, load_tokenizer, pair_paths
+
+        models = (
+            (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
+        )
+        tokenizer = load_tokenizer(models[0])
+        todo = {
+            d: [
+                list(p.input_ids)
+                for p in prompts(d, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
+            ]
+            for d in config.datasets
+        }
+        described = {"target": describe_model(models[0]), "draft": describe_model(models[1])}
+    tasks = [
+        {"dataset": d, "temperature": t, "method": m}
+        for d in config.datasets
+        for t in config.temperatures
+        for m in config.methods
+    ]
+    out = output_dir("draft_sources", config.output_dir)
+    with partial_results(out, "draft_sources", config, config.resume) as checkpoint:
+        rows = run_tasks(
+            run_configuration,
+            tasks,
+            shared={"todo": todo, "models": models, "config": config},
+            ray=config.ray or None,
+            num_cpus=config.threads,
+            num_gpus=1 if config.device.startswith("cuda") else 0,
+            checkpoint=checkpoint,
+            desc="draft sources",
+        )
+        write_results(
+            out,
+            "draft_sources",
+            rows,
+            config,
+            config.seed,
+            models=described,
+            prompt_sets=list(config.datasets),
+        )
+        (out / "summary.md").write_text(summary(rows, config))
+        for d in config.datasets:
+            batch_efficiency.plot([r for r in rows if r["dataset"] == d], out / f"draft_sources_{d}.png")
+    print((out / "summary.md").read_text())
+
+
+def _source(method: str) -> str:
+    tree, _, source = method.partition("+")
+    if not source:
+        return "model"
+    return source if tree.startswith("none/") else f"model+{source}"
+
+
+def summary(rows: list[dict], config: Config) -> str:
+    lines = [
+        "# Draft sources: the draft model, training-free sources, and mixed trees",
+        "",
+        f"{config.max_new_tokens} new tokens per prompt, first {config.prompts_per_set} prompts per set, "
+        f"retrieved chains {config.retrieve[0]} x {config.retrieve[1]}; tokens per target forward with a 95% "
+        "interval over prompts; 'from source': share of accepted drafted tokens that the source proposed.",
+    ]
+    for d in config.datasets:
+        for t in config.temperatures:
+            mine = [r for r in rows if (r["dataset"], r["temperature"]) == (d, t)]
+            lines += [
+                "",
+                f"## {d}, T = {t}",
+                "",
+                "| method | source | tokens / target forward (95% CI) | tokens/s | draft fwd | from source |",
+                "|---|---|---|---|---|---|",
+            ]
+            for r in mine:
+                ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
+                share = "" if r.get("retrieved_share") is None else f"{r['retrieved_share']:.0%}"
+                lines.append(
+                    f"| {r['method']} | {_source(r['method'])} | {r['tokens_per_forward']:.3f}{ci} | "
+                    f"{r['tokens_per_second']:.2f} | {r['draft_forwards']} | {share} |"
+                )
+            best = {}
+            for r in mine:
+                kind = _source(r["method"])
+                if kind not in best or r["tokens_per_forward"] > best[kind]["tokens_per_forward"]:
+                    best[kind] = r
+            if "model" in best:
+                model = best["model"]
+                for kind, r in best.items():
+                    if kind == "model":
+                        continue
+                    gain = r["tokens_per_forward"] - model["tokens_per_forward"]
+                    forward = "beats" if gain > 0 else "ties with" if gain == 0 else "loses to"
+                    speed = "faster" if r["tokens_per_second"] > model["tokens_per_second"] else "slower"
+                    lines.append(
+                        f"\n- {kind} (best: {r['method']}) {forward} the draft model's best "
+                        f"({model['method']}) in tokens per target forward ({r['tokens_per_forward']:.2f} vs "
+                        f"{model['tokens_per_forward']:.2f}) and is {speed} ({r['tokens_per_second']:.2f} vs "
+                        f"{model['tokens_per_second']:.2f} tokens/s)."
+                    )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
