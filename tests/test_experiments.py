@@ -156,3 +156,20 @@ def test_draft_sources_quick(tmp_path):
     alone = [r for r in rows if r["method"].startswith("none/")]
     assert alone and all(r["draft_forwards"] == 0 for r in alone)
     assert "## humaneval, T = 0.6" in (tmp_path / "summary.md").read_text()
+
+
+def test_languages_quick(tmp_path):
+    flags = ["--languages", "udhr-eng", "udhr-fra", "--record-prompts", "2", "--record-tokens", "5"]
+    rows = run_script("languages", tmp_path, *flags, "--max-new-tokens", "6")["rows"]
+    acceptance = [r for r in rows if r["part"] == "acceptance"]
+    assert {r["language"] for r in acceptance} == {"udhr-eng", "udhr-fra"}
+    assert all(r["positions"] == 10 for r in acceptance)
+    for r in acceptance:  # no verifier beats the optimum of its own law
+        if r["kind"] == "verifier" and not r["skipped"]:
+            assert r["mean"] <= r["optimum"] + 1e-9
+    # the table's numbers are mdsd.report's on the saved corpus
+    pairs = mdsd.data.real_pairs(0.6, tmp_path / "corpus_udhr-eng.npz")
+    row = next(r for r in acceptance if (r["language"], r["name"], r["k"]) == ("udhr-eng", "rrs", 2))
+    values = [mdsd.verifier("rrs", 2).acceptance(p, q) for p, q in zip(pairs.p, pairs.q, strict=True)]
+    assert row["mean"] == pytest.approx(np.mean(values), abs=1e-12)
+    assert len([r for r in rows if r["part"] == "decode"]) == 2 * 3
