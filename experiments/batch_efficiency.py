@@ -85,15 +85,18 @@ class Config:
 def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> np.ndarray:
     """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
 
-    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1); entries that
-    cannot be computed exactly (RRSw, j >= 3; SpecHub, j != 2) end the vector there.
+    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1, as the decoder
+    verifies a node with one child); entries the verifier does not support or cannot compute exactly
+    on these pairs (SpecHub, j != 2; RRSw, j >= 3) end the vector there.
     """
     pairs = mdsd.data.real_pairs(temperature, corpus or None)
     alphas = [0.0]
     for j in range(1, width + 1):
-        if (name == "spechub" and j > 2) or (name == "rrsw" and j > 2):
+        if j > 1 and not mdsd.verifiers.verifier_class(name).supports(j):
             break
         v = mdsd.verifier("single" if j == 1 else name, j)
+        if v.exact_obstacle(pairs.q[:positions]) is not None:
+            break
         values = []
         for r in range(min(positions, len(pairs))):
             keep = np.append(pairs.support[r] >= 0, True)
@@ -140,11 +143,12 @@ def main(argv: list[str] | None = None) -> None:
             for spec in config.trees:
                 tree = make_tree(spec, a)
                 widest = int(tree.branching.max())
-                if (
-                    (name == "spechub" and widest > 2)
-                    or widest > max(a.size, 1)
-                    and spec.startswith("sequoia")
-                ):
+                unsupported = any(
+                    not mdsd.verifiers.verifier_class(name).supports(int(b))
+                    for b in set(tree.branching)
+                    if b > 1
+                )
+                if unsupported or (widest > max(a.size, 1) and spec.startswith("sequoia")):
                     continue
                 rows.append(_decode(target, draft, tree, spec, name, t, a, todo, config))
     out = Path(config.output_dir)

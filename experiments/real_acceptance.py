@@ -40,11 +40,6 @@ import mdsd
 import mdsd.data
 from mdsd.experiment import config_from_cli, write_results
 
-# The law whose optimum each verifier is measured against (its own draft law). Top-k is optimal for
-# its deterministic law by construction (α = p(T), MATH.md §3), so it has no gap to report.
-OWN_LAW = {"single": "iid", "rrs": "iid", "kseq": "iid", "rrsw": "without_replacement", "spechub": "hub"}
-OWN_LAW["greedy"] = "greedy"
-
 
 @dataclass(frozen=True)
 class Config:
@@ -134,6 +129,7 @@ def _evaluate(
     p_all, q_all, dataset, keep = p_all[:n_rows], q_all[:n_rows], dataset[:n_rows], keep[:n_rows]
     tail = np.minimum(p_all[:, -1], q_all[:, -1]) if not config.record else np.zeros(n_rows)
     results: dict[tuple[str, str, int], np.ndarray] = {}
+    own_law: dict[tuple[str, int], str] = {}  # (verifier, k): the name of the law it drafts with
     for k in config.ks:
         laws = list(config.laws) + (["hub"] if k == 2 else [])
         for law in laws:
@@ -141,9 +137,10 @@ def _evaluate(
             # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
             results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
         for name in config.verifiers:
-            if (name == "single" and k != 1) or (name == "spechub" and k != 2):
+            if not mdsd.verifiers.verifier_class(name).supports(k):
                 continue
             v = mdsd.verifier(name, k)
+            own_law[name, k] = v.law.name
             values = np.full(n_rows, np.nan)
             for r in tqdm(range(n_rows), desc=f"T={t} k={k} {name}", leave=False):
                 try:
@@ -162,10 +159,11 @@ def _evaluate(
             for ds in np.unique(dataset):
                 sel = values[dataset == ds]
                 row[f"mean_{ds}"] = float(np.nanmean(sel)) if np.isfinite(sel).any() else None
-            if kind == "verifier" and ("optimal", OWN_LAW.get(name), k) in results:
-                optimum = results[("optimal", OWN_LAW[name], k)]
+            # measured against the optimum of its own draft law (top-k's is p(T) by construction: none)
+            if kind == "verifier" and ("optimal", own_law[name, k], k) in results:
+                optimum = results[("optimal", own_law[name, k], k)]
                 ok = np.isfinite(values)
-                row["own_law"] = OWN_LAW[name]
+                row["own_law"] = own_law[name, k]
                 row["gap_to_own_optimum"] = float((optimum[ok] - values[ok]).mean())
             row["mean_tail_bound"] = float(tail.mean())
         rows.append(row)
