@@ -6,9 +6,10 @@ creates its tensors on its input's device, and has only data-independent shapes:
 host synchronisation. Weights are non-negative and need not be normalised.
 
 The inverse-CDF draw works on two levels: tokens are cut into blocks of about √V (:func:`block_size`),
-the block masses are summed once in float64, a draw picks a block from their cumulative sums and then
-a token inside it. After the one pass over the weights a draw costs O(√V), so many draws from one
-row (``simulate``) stay cheap, and a token of zero weight is never drawn while the row has mass.
+the block masses are summed once (in the weights' precision, torch's cascade summation, then kept in
+float64), a draw picks a block from their float64 cumulative sums and then a token inside it. After
+the one pass over the weights a draw costs O(√V), so many draws from one row (``simulate``) stay
+cheap, and a token of zero weight is never drawn while the row has mass.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def block_size(n: int) -> int:
 
 
 def block_masses(w: torch.Tensor) -> torch.Tensor:
-    """Float64 sums of the blocks of ``w`` [*B, V]: [*B, NB], NB = ⌈V / block_size(V)⌉.
+    """Sums of the blocks of ``w`` [*B, V] as float64 [*B, NB], NB = ⌈V / block_size(V)⌉.
+
+    Each block (about √V entries) is summed in w's precision (a float32 block to about 1e-7 relative,
+    with no float64 copy of w), the NB sums are then float64.
 
     >>> block_masses(torch.tensor([0.25, 0.25, 0.5, 0.0]))
     tensor([0.5000, 0.5000], dtype=torch.float64)
@@ -43,10 +47,10 @@ def block_masses(w: torch.Tensor) -> torch.Tensor:
     n = w.shape[-1]
     size = block_size(n)
     full = n // size
-    head = w[..., : full * size].unflatten(-1, (full, size)).sum(-1, dtype=torch.float64)
-    if full * size == n:
-        return head
-    return torch.cat([head, w[..., full * size :].sum(-1, keepdim=True, dtype=torch.float64)], dim=-1)
+    head = w[..., : full * size].unflatten(-1, (full, size)).sum(-1)
+    if full * size != n:
+        head = torch.cat([head, w[..., full * size :].sum(-1, keepdim=True)], dim=-1)
+    return head.to(torch.float64)
 
 
 def _block_values(w: torch.Tensor, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +77,7 @@ def masses_without(w: torch.Tensor, masses: torch.Tensor, dropped: torch.Tensor)
 
     ``masses`` are :func:`block_masses` of ``w``. A block holding a dropped token is summed again
     without it (O(D √V) a row), never by subtraction, so a near-one-hot row keeps the mass of its tail:
-    Σ of the result = Σ_{y ∉ dropped} w(y) exactly to float64 rounding, with no cancellation.
+    Σ of the result = Σ_{y ∉ dropped} w(y) to w's rounding, with no cancellation.
 
     >>> w = torch.tensor([1.0, 1e-30, 0.0, 0.0], dtype=torch.float64)
     >>> masses_without(w, block_masses(w), torch.tensor([0])).sum().item()
@@ -82,7 +86,7 @@ def masses_without(w: torch.Tensor, masses: torch.Tensor, dropped: torch.Tensor)
     size = block_size(w.shape[-1])
     hit = torch.div(dropped, size, rounding_mode="floor")  # [*B, D]
     values, ids = _block_values(w, hit)  # [*B, D, size]
-    again = _drop(values, ids, dropped).sum(-1, dtype=torch.float64)  # [*B, D]
+    again = _drop(values, ids, dropped).sum(-1).to(torch.float64)  # [*B, D]
     return masses.expand(*dropped.shape[:-1], masses.shape[-1]).scatter(-1, hit, again)
 
 
@@ -127,7 +131,7 @@ def inverse_cdf(
 
     A token of zero weight is never returned while its row has mass. A row without mass and without
     fallback returns an arbitrary token in [0, V) (the callers reach it only in branches of
-    probability zero). The block sums run in float64, so the draw is exact to float64 rounding.
+    probability zero). Cumulative sums run in float64, so the draw is exact to the weights' rounding.
 
     >>> u = torch.tensor([[0.1, 0.6]], dtype=torch.float64)
     >>> inverse_cdf(torch.tensor([[1.0, 0.0, 3.0]]), u)
@@ -178,7 +182,8 @@ def race_top_k(q: torch.Tensor, k: int, generator: torch.Generator | None) -> to
     tensor([2, 1])
     """
     u = torch.rand(q.shape, generator=generator, dtype=torch.float64, device=q.device)
-    arrival = torch.log(-torch.log1p(-u)) - torch.log(q.to(torch.float64))  # log(E / q)
+    exp = torch.log(1.0 - u).neg_()  # E ~ Exp(1); 1 − U is exact (U is a multiple of 2^-53)
+    arrival = exp.log_().sub_(torch.log(q.to(torch.float64)))  # log(E / q)
     arrival = arrival.nan_to_num_(nan=math.inf, posinf=math.inf, neginf=-math.inf)  # E = 0 with q = 0
     return torch.topk(arrival, k, dim=-1, largest=False, sorted=True).indices
 

@@ -13,8 +13,8 @@ __all__ = ["RRSVerifier", "positive_part_mass"]
 
 
 def positive_part_mass(p: torch.Tensor, q: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """Σ_y (p(y) − λ q(y))+ in float64 for rows p, q [*B, V] and λ [*B] float64 -> [*B]."""
-    return torch.addcmul(p, q, -lam.to(p.dtype).unsqueeze(-1)).clamp_min_(0).sum(-1, dtype=torch.float64)
+    """Σ_y (p(y) − λ q(y))+ for rows p, q [*B, V] and λ [*B] float64 -> float64 [*B] (summed in p's dtype)."""
+    return torch.addcmul(p, q, -lam.to(p.dtype).unsqueeze(-1)).clamp_min_(0).sum(-1).to(torch.float64)
 
 
 class RRSVerifier(Verifier):

@@ -172,19 +172,23 @@ class _DensePart:
     """
 
     def __init__(self, p, q):
-        self.p, self.q, self.w = p, q, p
+        self.p, self.q, self.w = p, q, p  # w is p (not ours to modify) until the first step
 
     def at(self, px, qx, i, drafts):  # w_i(x_i) [*B] in float64
         return take(self.w, drafts[..., i : i + 1])[..., 0].double()
 
     def step(self, mass, rest):
-        self.w = torch.addcdiv(self.w, self.q, (-rest / mass).to(self.q.dtype).unsqueeze(-1)).clamp_min_(0)
+        divisor = (-rest / mass).to(self.q.dtype).unsqueeze(-1)
+        if self.w is self.p:
+            self.w = torch.addcdiv(self.p, self.q, divisor).clamp_min_(0)
+        else:
+            self.w.addcdiv_(self.q, divisor).clamp_min_(0)
 
     def mass(self):
-        return self.w.sum(-1, dtype=torch.float64)
+        return self.w.sum(-1).to(torch.float64)
 
-    def reset(self, empty):
-        self.w = torch.lerp(self.w, self.p, empty.to(self.p.dtype).unsqueeze(-1))
+    def reset(self, empty):  # w = p on the rows whose residual has no mass
+        self.w.lerp_(self.p, empty.to(self.p.dtype).unsqueeze(-1))
 
     def draw(self, rows: Rows):
         return rows.draw(self.w)

@@ -25,11 +25,11 @@ def spechub_terms(p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor) -> dict[s
     qa, pa = q.gather(-1, a)[..., 0], p.gather(-1, a)[..., 0]
     rest = mass_outside(q, a)  # 1 − q_a, float64
     d = (p - q).scatter_(-1, a, 0)  # p_j − q_j off the hub, 0 at the hub
-    s_ia = -d.clamp(max=0).sum(-1, dtype=torch.float64)
+    s_ia = -d.clamp(max=0).sum(-1).to(torch.float64)
     gain = d.clamp_min_(0)  # (p_j − q_j)+, j ≠ a
     share = q / rest.to(q.dtype).unsqueeze(-1)  # q_j / (1 − q_a)
-    excess = torch.addcmul(gain, share, -qa.unsqueeze(-1)).scatter_(-1, a, 0)  # (p_j − q_j)+ − Q(a, j)
-    s_ai = -excess.clamp(max=0).sum(-1, dtype=torch.float64)
+    excess = share.mul_(-qa.unsqueeze(-1)).add_(gain).scatter_(-1, a, 0)  # (p_j − q_j)+ − Q(a, j)
+    s_ai = -excess.clamp(max=0).sum(-1).to(torch.float64)
     hub_mass = ((pa.double() - s_ai).clamp_min(0) - s_ia).clamp_min(0)
     residual = excess.clamp_min_(0).scatter_(-1, a, hub_mass.to(p.dtype).unsqueeze(-1))
     return {
