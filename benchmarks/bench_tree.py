@@ -23,7 +23,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from mdsd import VERIFIERS, Tree, TreeDecoder
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.tree.attention import block_mask, select_cache
-from mdsd.verifiers import verifier_class
+from mdsd.verifiers import supports
 
 
 @dataclass
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"target {params / 1e6:.0f}M parameters; tree / one-token forward = {ratio:.2f}x")
     rows = []
     for name in VERIFIERS:
-        binary_ok = verifier_class(name).supports(2)  # else one draft per node: a chain
+        binary_ok = supports(name, 2)  # else one draft per node: a chain
         tree = binary if binary_ok else Tree.chain(4)
         dec = TreeDecoder(target, draft, tree, verifier=name, temperature=cfg.temperature)
         dec.generate(prompt, 4, torch.Generator().manual_seed(cfg.seed))  # warm-up

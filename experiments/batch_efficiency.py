@@ -92,7 +92,7 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
     pairs = mdsd.data.real_pairs(temperature, corpus or None)
     alphas = [0.0]
     for j in range(1, width + 1):
-        if j > 1 and not mdsd.verifiers.verifier_class(name).supports(j):
+        if j > 1 and not mdsd.verifiers.supports(name, j):
             break
         v = mdsd.verifier("single" if j == 1 else name, j)
         if v.exact_obstacle(pairs.q[:positions]) is not None:
@@ -144,9 +144,7 @@ def main(argv: list[str] | None = None) -> None:
                 tree = make_tree(spec, a)
                 widest = int(tree.branching.max())
                 unsupported = any(
-                    not mdsd.verifiers.verifier_class(name).supports(int(b))
-                    for b in set(tree.branching)
-                    if b > 1
+                    not mdsd.verifiers.supports(name, int(b)) for b in set(tree.branching) if b > 1
                 )
                 if unsupported or (widest > max(a.size, 1) and spec.startswith("sequoia")):
                     continue

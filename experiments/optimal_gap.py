@@ -62,9 +62,8 @@ class Config:
 
 def skip_reason(name: str, k: int, q: np.ndarray, limit: int) -> str | None:
     """Why the exact acceptance of ``name`` is not computed with k drafts on draft rows q, or None."""
-    cls = mdsd.verifiers.verifier_class(name)
-    if not cls.supports(k):
-        return f"{name} is defined for k in {sorted(cls.supported_k)} only"
+    if not mdsd.verifiers.supports(name, k):
+        return f"{name} is defined for k in {sorted(mdsd.verifiers.verifier_class(name).supported_k)} only"
     return mdsd.verifier(name, k).exact_obstacle(q, limit)
 
 

@@ -137,7 +137,7 @@ def _evaluate(
             # Padding columns (p = q = 0) change no optimum, so the padded batch goes in whole.
             results[("optimal", law, k)] = np.asarray(mdsd.optimal_acceptance(p_all, q_all, law_obj))
         for name in config.verifiers:
-            if not mdsd.verifiers.verifier_class(name).supports(k):
+            if not mdsd.verifiers.supports(name, k):
                 continue
             v = mdsd.verifier(name, k)
             own_law[name, k] = v.law.name

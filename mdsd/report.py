@@ -27,7 +27,7 @@ from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
 from mdsd.otm import optimal_acceptance
 from mdsd.toy import toy_pair
 from mdsd.validation import as_pair
-from mdsd.verifiers import VERIFIERS, verifier, verifier_class
+from mdsd.verifiers import VERIFIERS, supports, verifier, verifier_class
 
 __all__ = ["LAWS", "ReportConfig", "Block", "make_law", "toy_blocks", "real_blocks", "report", "summarise"]
 
@@ -133,9 +133,13 @@ def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str,
             law = make_law(name, k)
             yield k, "optimum", name, law if law is not None else f"the {name} law has no k = {k}"
         for name in config.verifiers:
-            cls = verifier_class(name)
-            if not cls.supports(k):
-                yield k, "verifier", name, f"the {name} verifier needs k in {sorted(cls.supported_k)}"
+            if not supports(name, k):
+                yield (
+                    k,
+                    "verifier",
+                    name,
+                    f"the {name} verifier needs k in {sorted(verifier_class(name).supported_k)}",
+                )
                 continue
             v = verifier(name, k)
             reason = v.exact_obstacle(q)  # e.g. RRSw's k >= 3 enumeration on a large vocabulary

@@ -21,7 +21,7 @@ import numpy as np
 from mdsd.cli.optimal import add_pair_arguments, read_pair
 from mdsd.otm import optimal_acceptance
 from mdsd.validation import as_pair
-from mdsd.verifiers import VERIFIERS, estimate_acceptance, verifier, verifier_class
+from mdsd.verifiers import VERIFIERS, estimate_acceptance, supports, verifier, verifier_class
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,9 +43,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _k_for(name: str, k: int) -> int | None:
     """The k verifier ``name`` runs at for ``--k k``: k itself, or its only k, or None."""
-    cls = verifier_class(name)
-    if cls.supports(k):
+    if supports(name, k):
         return k
+    cls = verifier_class(name)
     return next(iter(cls.supported_k)) if cls.supported_k and len(cls.supported_k) == 1 else None
 
 

@@ -1,9 +1,10 @@
 """Lossless multi-draft verifiers (MATH.md §3), each a batched torch sampler with an exact acceptance.
 
 The registry below is the one place verifier names live: ``VERIFIERS`` lists them, ``verifier(name, k)``
-builds one, ``verifier_class(name)`` gives its class, which declares what it supports
-(``supported_k``, ``supports(k)``) and the law it drafts with (``verifier(name, k).law``). The CLI,
-the report and the experiments ask here instead of testing names. A new verifier touches its module,
+builds one, ``supports(name, k)`` says whether it runs with k drafts, ``verifier_class(name)`` gives its
+class, which declares what it supports (``supported_k``, ``supports_k(k)``) and the law it drafts with
+(``verifier(name, k).law``), like :mod:`mdsd.laws`' registry. The CLI, the report and the experiments
+ask here instead of testing names. A new verifier touches its module,
 its reference (:mod:`mdsd.verifiers.reference`), its tests and one line of ``_CLASSES``.
 
 Every verifier has a slow float64 reference that its sampler matches under the same uniforms.
@@ -26,6 +27,7 @@ __all__ = [
     "VERIFIERS",
     "verifier",
     "verifier_class",
+    "supports",
     "Verifier",
     "SingleDraftVerifier",
     "RRSVerifier",
@@ -59,12 +61,21 @@ def verifier_class(name: str) -> type[Verifier]:
     """The class registered as ``name`` (one of :data:`VERIFIERS`).
 
     >>> cls = verifier_class("spechub")
-    >>> cls.__name__, cls.supports(2), cls.supports(3)
+    >>> cls.__name__, cls.supports_k(2), cls.supports_k(3)
     ('SpecHubVerifier', True, False)
     """
     if name not in _CLASSES:
         raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
     return _CLASSES[name]
+
+
+def supports(name: str, k: int) -> bool:
+    """Whether the verifier ``name`` runs with ``k`` drafts (single: k = 1 only, SpecHub: k = 2 only).
+
+    >>> supports("spechub", 2), supports("spechub", 3), supports("rrs", 8)
+    (True, False, True)
+    """
+    return verifier_class(name).supports_k(k)
 
 
 def verifier(name: str, k: int) -> Verifier:

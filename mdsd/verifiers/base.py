@@ -47,8 +47,8 @@ class Rows:
 
     ``p``, ``q`` [*Bp, V] (Bp broadcastable to B), ``drafts`` [*B, K], the call's uniforms, and
     ``degenerate`` [*B] (None when the law has none): on those rows q and the drafts are a stand-in
-    (uniform q, drafts 0..k−1) so that the kernel's arithmetic stays finite, and the base class
-    replaces the kernel's token by a draw of p.
+    (uniform q, drafts 0..k−1) so that the kernel's arithmetic stays finite; :meth:`draw` returns a
+    draw of p there and the base class ignores the kernel's accept decision.
     """
 
     p: torch.Tensor
@@ -88,9 +88,10 @@ class Verifier(ABC):
     """A lossless multi-draft verifier for ``k`` drafts from the law :attr:`law`.
 
     A subclass declares once what it supports: :attr:`name` (its registry key), :attr:`supported_k`
-    (None: every k >= 1) and the law it drafts with (``_law``); it implements ``_acceptance`` (float64
-    numpy, one non-degenerate pair) and the kernel ``_verify`` (torch, batched, synchronisation-free).
-    Everything else (validation, degenerate rows, CPU slabs, simulate) lives here.
+    (None: every k >= 1; :meth:`supports_k`) and the law it drafts with (``_law``). It implements
+    ``_acceptance`` (float64 numpy, one non-degenerate pair) and the kernel ``_verify`` (torch,
+    batched, synchronisation-free). Everything else (validation, degenerate rows, CPU slabs,
+    simulate) lives here.
     """
 
     name: ClassVar[str] = "verifier"
@@ -98,14 +99,14 @@ class Verifier(ABC):
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
-        if not self.supports(self.k):
+        if not self.supports_k(self.k):
             raise ValueError(
                 f"the {self.name} verifier needs k in {sorted(self.supported_k)}, got k = {self.k}"
             )
         self.law: DraftLaw = self._law(self.k)
 
     @classmethod
-    def supports(cls, k: int) -> bool:
+    def supports_k(cls, k: int) -> bool:
         """Whether this verifier runs with ``k`` drafts."""
         return cls.supported_k is None or k in cls.supported_k
 
@@ -126,8 +127,9 @@ class Verifier(ABC):
         """The kernel: (proposal [*B], accepted [*B] bool, residual [*B]).
 
         The emitted token is ``proposal`` where ``accepted``, else ``residual`` (drawn with
-        :meth:`Rows.draw`). Arithmetic in p's dtype (float32 or float64), sums in float64; no host
-        synchronisation, no data-dependent shape, no tensor off the inputs' device.
+        :meth:`Rows.draw`). Arithmetic and sums over the vocabulary in p's dtype (float32 or float64),
+        scalars and cumulative sums in float64; no host synchronisation, no data-dependent shape, no
+        tensor off the inputs' device.
         """
 
     # -- exact acceptance ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, Tree, TreeDecoder
-from mdsd.verifiers import verifier_class
+from mdsd.verifiers import supports
 
 ALPHA = 1e-3
 DECODES = 20_000
@@ -24,10 +24,9 @@ PROMPT = [3, 1, 4]
 
 def _tree(name):
     """The widest small tree the verifier supports (nodes with one child use the single-draft rule)."""
-    cls = verifier_class(name)
-    if cls.supports(3):
+    if supports(name, 3):
         return Tree((0, 0, 0, 1, 1, 2))  # root: three children; node 1: two; node 2: one
-    if cls.supports(2):
+    if supports(name, 2):
         return Tree((0, 0, 1, 1, 2))  # root and node 1: two children; node 2: one
     return Tree.chain(2)
 

@@ -30,7 +30,7 @@ def test_registry():
     assert [cls.supported_k for cls in classes] == [{1}, None, None, None, {2}, None, None]
     assert not set(mdsd.verifiers.__all__) & set(mdsd.laws.__all__)  # mdsd.Greedy is a law, not a verifier
     for name, cls in zip(mdsd.VERIFIERS, classes, strict=True):
-        ks = [k for k in range(1, 6) if cls.supports(k)]
+        ks = [k for k in range(1, 6) if cls.supports_k(k)]
         assert ks == sorted(cls.supported_k or range(1, 6))
         v = mdsd.verifier(name, ks[0])
         assert isinstance(v, cls) and v.name == name and v.law.k == v.k

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mdsd.verifiers import VERIFIERS, verifier_class
+from mdsd.verifiers import VERIFIERS, supports
 
 # every verifier at every k it supports, up to 3
-GRID = [(name, k) for name in VERIFIERS for k in (1, 2, 3) if verifier_class(name).supports(k)]
+GRID = [(name, k) for name in VERIFIERS for k in (1, 2, 3) if supports(name, k)]
 
 
 def _dirichlet(rng, n, alpha):
