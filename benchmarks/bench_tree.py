@@ -20,6 +20,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mdsd import VERIFIERS, Tree, TreeDecoder, measure_profile
 from mdsd.experiment import config_from_cli, write_results
+from mdsd.verifiers import supports
 
 
 @dataclass
@@ -79,14 +80,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"target {params / 1e6:.0f}M parameters; tree / one-token forward = {ratio:.2f}x")
     rows = []
     for name in VERIFIERS:
-        tree = Tree.chain(4) if name == "single" else binary
+        binary_ok = supports(name, 2)  # else one draft per node: a chain
+        tree = binary if binary_ok else Tree.chain(4)
         dec = TreeDecoder(target, draft, tree, verifier=name, temperature=cfg.temperature)
         dec.generate(prompt, 4, torch.Generator().manual_seed(cfg.seed))  # warm-up
         out = dec.generate(prompt, cfg.max_new_tokens, torch.Generator().manual_seed(cfg.seed))
         step = sum(out.timings[phase] for phase in ("draft", "target", "verify", "cache"))
         row = {
             "verifier": name,
-            "tree": "chain:4" if name == "single" else "binary:4",
+            "tree": "binary:4" if binary_ok else "chain:4",
             "steps": out.steps,
             "tokens_per_step": out.mean_tokens_per_step,
             **{f"{phase}_s": t for phase, t in out.timings.items() if phase != "total"},

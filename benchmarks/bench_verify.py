@@ -1,34 +1,29 @@
-"""Speed and memory of the batched verifiers, and of the exact acceptance routines (issue 3).
+"""Speed of the batched verifiers against the memory pass, and of the exact acceptance routines.
 
 Two measurements, in one run:
-1. ``v.verify`` on a batch of ``batch`` nodes at vocabulary ``n`` (a Qwen2.5 vocabulary), float32,
-   for every verifier at k = 2 and 4 (single: k = 1; SpecHub: k = 2 only): median wall time per node,
-   and peak memory per node. Baselines measured side by side: ``torch.multinomial`` drawing one token
-   per row from p over the same batch (the cost of plain sampling), and the slow float64 reference
-   (``mdsd.verifiers.reference``) on a sub-batch of ``reference_rows`` rows.
-   Memory: torch's CPU allocations are invisible to tracemalloc, so a thread samples the process's
-   resident set (/proc/self/statm) every millisecond during the call; the peak minus the resident set
-   just before the call, divided by the batch, is reported (tensors this large are mmap-ed and given
-   back on free, so the resident set tracks live tensors; spikes shorter than ~1 ms can be missed).
-   The same figure is reported for the multinomial baseline.
+1. Verification of one decoding node (batch 1) and of 1024 nodes at once, at vocabulary ``n`` (a Qwen2.5
+   vocabulary), float32, for every verifier at k = 2, 4 and 8 where it runs (single: k = 1; SpecHub:
+   k = 2): median time per node of ``verify_unchecked`` (the kernel the decoder calls) and of the
+   validated ``verify``, each divided by the median time per node of one memory pass
+   ``p.sum() + q.sum()`` over the same batch, timed right before it (side by side, so the ratio is
+   robust to the machine's load). Times are CPU times of the process (user + system, page faults
+   included). A checkout without the kernels (``--legacy``, e.g. the code before issue 12) times
+   ``verify`` only. Beside them, per row, the slow float64 reference
+   (``mdsd.verifiers.reference``) on ``reference_rows`` rows, and ``draft_unchecked`` per node.
 2. ``v.acceptance(p, q)`` at n for every verifier with a closed form (RRSw k = 2 only): median of
-   ``repeats`` calls in ms, against the baseline of one pass Σ min(p, q) over the same vectors.
+   ``acceptance_repeats`` calls in ms, against the baseline of one pass Σ min(p, q) over the same vectors.
 
 Pairs are synthetic but real-size: target logits z ~ scale · N(0, 1), draft logits z + noise · N(0, 1),
 both through a softmax (no model downloads).
 
-Run:  python benchmarks/bench_verify.py [--batch 1024] [--threads 1]
-Writes benchmarks/results/verify.json (+ .csv). Acceptance timings alone (seconds, not 20 minutes):
-      python benchmarks/bench_verify.py --no-verify --batch 1 --acceptance-repeats 21 \
-          --name verify_acceptance
+Run:  python benchmarks/bench_verify.py                       (writes benchmarks/results/verify.json)
+      PYTHONPATH=/path/to/old/checkout python benchmarks/bench_verify.py --legacy --name verify_before
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -45,48 +40,35 @@ from mdsd.verifiers.reference import reference_verify
 @dataclass
 class Config:
     n: int = field(default=151_936, metadata={"help": "vocabulary size (Qwen2.5)"})
-    batch: int = field(default=1024, metadata={"help": "nodes verified in one call"})
+    batches: tuple[int, ...] = field(default=(1, 1024), metadata={"help": "nodes verified in one call"})
+    ks: tuple[int, ...] = field(default=(2, 4, 8), metadata={"help": "numbers of drafts (where supported)"})
     scale: float = field(default=3.0, metadata={"help": "std of the target logits"})
     noise: float = field(default=1.0, metadata={"help": "std of the draft's logit perturbation"})
-    repeats: int = field(default=3, metadata={"help": "timed verify calls (median reported)"})
+    calls: int = field(default=101, metadata={"help": "timed calls x batch per measurement"})
+    min_calls: int = field(default=3, metadata={"help": "fewest timed calls per measurement"})
     acceptance_repeats: int = field(default=7, metadata={"help": "timed acceptance calls (median)"})
     reference_rows: int = field(default=4, metadata={"help": "rows of the float64 reference baseline"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
-    verify: bool = field(default=True, metadata={"help": "run the verify section (else acceptance only)"})
+    legacy: bool = field(default=False, metadata={"help": "time verify() only (a checkout without kernels)"})
+    acceptance: bool = field(default=True, metadata={"help": "also run the acceptance section"})
     name: str = field(default="verify", metadata={"help": "results file name (benchmarks/results/NAME.json)"})
-    out_dir: str = field(default="benchmarks/results", metadata={"help": "where verify.json goes"})
+    out_dir: str = field(default="benchmarks/results", metadata={"help": "where the results go"})
 
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
+def median_seconds(call, repeats: int) -> float:
+    """Median CPU time of ``call()`` over ``repeats`` calls, after one warm-up call.
 
-
-def resident() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * PAGE
-
-
-def measure(call, repeats: int) -> tuple[float, int]:
-    """(median seconds, peak resident-set growth in bytes over the calls) of ``call()``."""
-    times, peak = [], 0
+    CPU time of this process (user + system, so page faults count) rather than wall time: the
+    machine is shared, and time spent waiting for another process's core is not the kernel's.
+    """
+    call()
+    times = []
     for _ in range(repeats):
-        gc.collect()
-        base, top, done = resident(), [0], threading.Event()
-
-        def watch(base=base, top=top, done=done):
-            while not done.is_set():
-                top[0] = max(top[0], resident() - base)
-                time.sleep(0.001)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        start = time.perf_counter()
+        start = time.process_time()
         call()
-        times.append(time.perf_counter() - start)
-        done.set()
-        watcher.join()
-        peak = max(peak, top[0], resident() - base)
-    return statistics.median(times), peak
+        times.append(time.process_time() - start)
+    return statistics.median(times)
 
 
 def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: float):
@@ -97,75 +79,64 @@ def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: flo
     return p, torch.softmax(z, -1)
 
 
-GRID = [("single", 1)] + [
-    (name, k) for name in mdsd.VERIFIERS[1:] for k in (2, 4) if name != "spechub" or k == 2
-]
+def grid(ks: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(verifier, k) for every verifier at every k of ``ks`` it runs with, or at its only k."""
+    out = []
+    for name in mdsd.VERIFIERS:
+        runs = []
+        for k in (1, *ks):
+            try:
+                mdsd.verifier(name, k)
+            except ValueError:
+                continue
+            runs.append(k)
+        out += [(name, k) for k in runs if k > 1 or runs == [1]]
+    return out
 
 
-def verify_rows(cfg: Config, p: torch.Tensor, q: torch.Tensor, gen: torch.Generator) -> list[dict]:
+def verify_rows(cfg: Config, batch: int, gen: torch.Generator) -> list[dict]:
+    p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
+    if batch == 1:
+        p, q = p[0], q[0]  # one node, as the decoder verifies it
+    repeats = max(cfg.min_calls, cfg.calls // batch)
     rows = []
-    base_time, base_mem = measure(lambda: torch.multinomial(p, 1, generator=gen), cfg.repeats)
-    rows.append(
-        {
-            "section": "verify",
-            "verifier": "multinomial(p) baseline",
-            "k": 0,
-            "us_per_node": 1e6 * base_time / cfg.batch,
-            "bytes_per_node": base_mem / cfg.batch,
-        }
-    )
-    sub_p, sub_q = p[: cfg.reference_rows].double(), q[: cfg.reference_rows].double()
-    for name, k in tqdm(GRID, desc="verify"):
+    for name, k in tqdm(grid(cfg.ks), desc=f"verify, batch {batch}"):
         v = mdsd.verifier(name, k)
         drafts = v.draft(q, gen)
-        seconds, peak = measure(lambda v=v, drafts=drafts: v.verify(p, q, drafts, gen), cfg.repeats)
-        u = draw_uniforms((cfg.reference_rows,), k, gen)
-        start = time.perf_counter()
-        reference_verify(name, sub_p, sub_q, drafts[: cfg.reference_rows], u)
-        reference = (time.perf_counter() - start) / cfg.reference_rows
-        rows.append(
-            {
-                "section": "verify",
-                "verifier": name,
-                "k": k,
-                "us_per_node": 1e6 * seconds / cfg.batch,
-                "bytes_per_node": peak / cfg.batch,
-                "bytes_per_node_over_inputs": peak / (cfg.batch * 2 * cfg.n * 4),
-                "vs_multinomial": seconds / base_time,
-                "reference_us_per_node": 1e6 * reference,
-                "speedup_vs_reference": reference * cfg.batch / seconds,
-            }
-        )
+        base = median_seconds(lambda: p.sum() + q.sum(), repeats)
+        row = {"section": "verify", "verifier": name, "k": k, "batch": batch, "pass_ms": 1e3 * base / batch}
+        checked = median_seconds(lambda v=v, d=drafts: v.verify(p, q, d, gen), repeats)
+        row |= {"checked_ms": 1e3 * checked / batch, "checked_ratio": checked / base}
+        if not cfg.legacy:
+            kernel = median_seconds(lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen), repeats)
+            draft = median_seconds(lambda v=v: v.draft_unchecked(q, gen), repeats)
+            row |= {"kernel_ms": 1e3 * kernel / batch, "kernel_ratio": kernel / base}
+            row |= {"draft_ms": 1e3 * draft / batch, "draft_ratio": draft / base}
+        if batch > 1:
+            m = cfg.reference_rows
+            u = draw_uniforms((m,), k, gen)
+            start = time.process_time()
+            reference_verify(name, p[:m].double(), q[:m].double(), drafts[:m], u)
+            row["reference_ms_per_row"] = 1e3 * (time.process_time() - start) / m
+        rows.append(row)
     return rows
 
 
 def acceptance_rows(cfg: Config, p: np.ndarray, q: np.ndarray) -> list[dict]:
     def median_ms(call):
-        call()
-        times = []
-        for _ in range(cfg.acceptance_repeats):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        return 1e3 * statistics.median(times)
+        return 1e3 * median_seconds(call, cfg.acceptance_repeats)
 
     base = median_ms(lambda: np.minimum(p, q).sum())
     rows = [{"section": "acceptance", "verifier": "sum(min(p, q)) baseline", "k": 0, "ms": base}]
-    for name, k in tqdm(GRID, desc="acceptance"):
-        if name == "rrsw" and k > 2:
-            continue  # exact only by enumeration: no closed form at this n
+    for name, k in tqdm(grid(cfg.ks), desc="acceptance"):
         v = mdsd.verifier(name, k)
+        try:
+            value = v.acceptance(p, q)
+        except ValueError:
+            continue  # exact only by enumeration (RRSw, k >= 3): no closed form at this n
         ms = median_ms(lambda v=v: v.acceptance(p, q))
-        rows.append(
-            {
-                "section": "acceptance",
-                "verifier": name,
-                "k": k,
-                "ms": ms,
-                "vs_baseline": ms / base,
-                "value": v.acceptance(p, q),
-            }
-        )
+        rows.append({"section": "acceptance", "verifier": name, "k": k, "ms": ms, "vs_baseline": ms / base})
+        rows[-1]["value"] = value
     return rows
 
 
@@ -174,21 +145,21 @@ def main() -> None:
     torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed)
     start = time.perf_counter()
-    p, q = logit_pair(gen, cfg.batch, cfg.n, cfg.scale, cfg.noise)
-    p64, q64 = p[0].double().numpy(), q[0].double().numpy()  # float32 softmax sums to 1 only within ~1e-5
-    rows = acceptance_rows(cfg, p64 / p64.sum(), q64 / q64.sum())
-    if cfg.verify:
-        rows += verify_rows(cfg, p, q, gen)
-    del p, q
+    rows = []
+    if cfg.acceptance:
+        p, q = logit_pair(gen, 1, cfg.n, cfg.scale, cfg.noise)
+        p64, q64 = p[0].double().numpy(), q[0].double().numpy()  # a float32 softmax sums to 1 within ~1e-5
+        rows += acceptance_rows(cfg, p64 / p64.sum(), q64 / q64.sum())
+    for batch in cfg.batches:
+        rows += verify_rows(cfg, batch, gen)
     summary = {
         "total_seconds": time.perf_counter() - start,
         "machine": f"{os.cpu_count()}-core CPU, {cfg.threads} torch thread(s), "
-        f"load average {os.getloadavg()[0]:.1f}",
-        "acceptance_max_ms": max(r["ms"] for r in rows if r["section"] == "acceptance" and r["k"]),
+        f"load average {os.getloadavg()[0]:.1f} at the end",
     }
     paths = write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
     for row in rows:
-        print({key: round(val, 3) if isinstance(val, float) else val for key, val in row.items()})
+        print({key: round(val, 4) if isinstance(val, float) else val for key, val in row.items()})
     print(summary)
     print("wrote", *paths)
 

@@ -101,18 +101,18 @@ class Config:
 def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> list[float]:
     """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
 
-    α(j) is the exact acceptance of ``name`` with j drafts (the single-draft verifier where ``name`` has no
-    j = 1); the vector ends at the first j the verifier cannot take or has no exact acceptance for.
+    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1, as the decoder
+    verifies a node with one child); entries the verifier does not support or cannot compute exactly
+    on these pairs (SpecHub, j != 2; RRSw, j >= 3) end the vector there.
     """
     pairs = mdsd.data.real_pairs(temperature, corpus or None)
     alphas = [0.0]
     for j in range(1, width + 1):
-        try:
-            v = mdsd.verifier(name, j)
-        except ValueError:
-            if j > 1:
-                break
-            v = mdsd.verifier("single", 1)
+        if j > 1 and not mdsd.verifiers.supports(name, j):
+            break
+        v = mdsd.verifier("single" if j == 1 else name, j)
+        if v.exact_obstacle(pairs.q[:positions]) is not None:
+            break
         values = []
         for r in range(min(positions, len(pairs))):
             keep = np.append(pairs.support[r] >= 0, True)

@@ -26,7 +26,6 @@ failed task, --resume continues from them. Either way the files are the same.
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -60,7 +59,9 @@ class Config:
     verifiers: tuple[str, ...] = field(
         default=("rrs", "rrsw", "kseq", "spechub", "greedy", "topk"), metadata={"help": "verifiers compared"}
     )
-    enumeration_limit: int = field(default=200_000, metadata={"help": "most draft tuples RRSw may enumerate"})
+    enumeration_limit: int = field(
+        default=400_000, metadata={"help": "most entries an exact enumeration (RRSw, k >= 3) may touch"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the pairs"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (10, 50), k in (2, 3), 2 pairs"})
     output_dir: str = field(default="results/optimal_gap", metadata={"help": "where results go"})
@@ -77,13 +78,11 @@ class Config:
     )
 
 
-def skip_reason(name: str, k: int, n: int, limit: int) -> str | None:
-    """Why the exact acceptance of ``name`` is not computed at (k, n), or None."""
-    if name == "spechub" and k != 2:
-        return "SpecHub is defined for k = 2 only"
-    if name == "rrsw" and k >= 3 and math.perm(n, k) > limit:
-        return f"exact RRSw enumerates {math.perm(n, k):.3g} tuples > {limit}"
-    return None
+def skip_reason(name: str, k: int, q: np.ndarray, limit: int) -> str | None:
+    """Why the exact acceptance of ``name`` is not computed with k drafts on draft rows q, or None."""
+    if not mdsd.verifiers.supports(name, k):
+        return f"{name} is defined for k in {sorted(mdsd.verifiers.verifier_class(name).supported_k)} only"
+    return mdsd.verifier(name, k).exact_obstacle(q, limit)
 
 
 def tasks(config: Config) -> list[dict]:
@@ -134,7 +133,7 @@ def run_task(task: dict) -> list[dict]:
             }
         )
     for name in task["verifiers"]:
-        reason = skip_reason(name, k, n, task["enumeration_limit"])
+        reason = skip_reason(name, k, q, task["enumeration_limit"])
         row = {
             **base,
             "method": name,

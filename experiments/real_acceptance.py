@@ -48,11 +48,6 @@ import mdsd.data
 from mdsd.experiment import config_from_cli, partial_results, write_results
 from mdsd.sweep import run_tasks
 
-# The law whose optimum each verifier is measured against (its own draft law). Top-k is optimal for
-# its deterministic law by construction (α = p(T), MATH.md §3), so it has no gap to report.
-OWN_LAW = {"single": "iid", "rrs": "iid", "kseq": "iid", "rrsw": "without_replacement", "spechub": "hub"}
-OWN_LAW["greedy"] = "greedy"
-
 
 @dataclass(frozen=True)
 class Config:
@@ -148,7 +143,7 @@ def tasks(config: Config, positions: dict[float, int]) -> list[dict]:
             laws = list(config.laws) + (["hub"] if mdsd.laws.supports("hub", k) else [])
             out += [{**base, "kind": "optimal", "name": law} for law in laws]
             for name in config.verifiers:
-                if not ((name == "single" and k != 1) or (name == "spechub" and k != 2)):
+                if mdsd.verifiers.supports(name, k):
                     out.append({**base, "kind": "verifier", "name": name})
     return out
 
@@ -191,10 +186,12 @@ def _rows(t: float, results: dict[tuple[str, str, int], np.ndarray], dataset: np
             for ds in np.unique(dataset):
                 sel = values[dataset == ds]
                 row[f"mean_{ds}"] = float(np.nanmean(sel)) if np.isfinite(sel).any() else None
-            if kind == "verifier" and ("optimal", OWN_LAW.get(name), k) in results:
-                optimum = results[("optimal", OWN_LAW[name], k)]
+            # measured against the optimum of its own draft law (top-k's is p(T) by construction: none)
+            own_law = mdsd.verifier(name, k).law.name if kind == "verifier" else None
+            if own_law is not None and ("optimal", own_law, k) in results:
+                optimum = results[("optimal", own_law, k)]
                 ok = np.isfinite(values)
-                row["own_law"] = OWN_LAW[name]
+                row["own_law"] = own_law
                 row["gap_to_own_optimum"] = float((optimum[ok] - values[ok]).mean())
             row["mean_tail_bound"] = float(tail.mean())
         rows.append(row)

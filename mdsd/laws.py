@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mdsd import race
+from mdsd.sampling import inverse_cdf, race_top_k, top_k
 from mdsd.validation import as_probabilities, as_probability_tensor, check_k
 
 __all__ = [
@@ -99,10 +100,6 @@ def ranked(q: np.ndarray) -> np.ndarray:
     return np.argsort(-q, axis=-1, kind="stable")
 
 
-def _ranked_torch(q: torch.Tensor) -> torch.Tensor:  # [..., V] -> [..., V]
-    return torch.sort(q, dim=-1, descending=True, stable=True).indices
-
-
 def _support(q: np.ndarray) -> int:
     return int(np.count_nonzero(q))
 
@@ -153,10 +150,9 @@ class PrefixStatistics:
     exact: bool = True
 
 
-def _draw(q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row from unnormalised weights ``q`` [..., V] -> [...]."""
-    flat = q.reshape(-1, q.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(q.shape[:-1])
+def _uniforms(q: torch.Tensor, shape: tuple[int, ...], m: int, generator) -> torch.Tensor:
+    """Float64 uniforms [*shape, m] on q's device, for m inverse-CDF draws per row."""
+    return torch.rand(*shape, m, generator=generator, dtype=torch.float64, device=q.device)
 
 
 @dataclass(frozen=True)
@@ -280,7 +276,16 @@ class DraftLaw(ABC):
         return self._sample(qt, generator)
 
     @abstractmethod
-    def _sample(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor: ...
+    def _sample(
+        self, q: torch.Tensor, generator: torch.Generator | None, shape: tuple[int, ...] | None = None
+    ) -> torch.Tensor:
+        """Drafts [*shape, k] for q [*Bq, V] (Bq broadcastable to ``shape``, default q's batch shape).
+
+        Unchecked and free of host synchronisation; q must be normalised with at least
+        :meth:`min_support` positive tokens per row. On a row with fewer, the sampler still returns
+        tokens in [0, V) (no error, no NaN), which are not a draw of the law. One pair shared by many
+        tuples (``shape`` larger than q's batch) costs O(√V) a tuple, not O(V).
+        """
 
 
 _PREFIX_BASIS = "sorted-prefix theorem"  # proofs: mdsd.otm.dual's module docstring
@@ -321,11 +326,9 @@ class IID(DraftLaw):
         for x in itertools.product(support.tolist(), repeat=self.k):
             yield x, math.prod(q[i] for i in x)
 
-    def _sample(self, q, generator):
-        flat = q.reshape(-1, q.shape[-1])
-        return torch.multinomial(flat, self.k, replacement=True, generator=generator).reshape(
-            *q.shape[:-1], self.k
-        )
+    def _sample(self, q, generator, shape=None):
+        shape = q.shape[:-1] if shape is None else shape
+        return inverse_cdf(q, _uniforms(q, shape, self.k, generator))  # k inversions of one CDF
 
 
 @register
@@ -334,8 +337,11 @@ class WithoutReplacement(DraftLaw):
     """k drafts without replacement: Q(x̄) = Π_i q(x_i) / (1 − Σ_{j<i} q(x_j)), distinct x_i.
 
     Sampled as an exponential race: E_x ~ Exp(1), arrival time E_x / q(x), drafts = the first k
-    arrivals in order (equivalent to Gumbel-top-k on log q). Q(set(x̄) ⊆ A): q(A) for k = 1, a closed
-    form in prefix sums for k = 2, the race integral for k ≥ 3 (:mod:`mdsd.race`).
+    arrivals in order (equivalent to Gumbel-top-k on log q), in log space and float64
+    (:func:`mdsd.sampling.race_top_k`). Many tuples from one shared q are drawn sequentially instead,
+    each draw an inversion of q restricted to the tokens not drawn yet (O(k √V) a tuple).
+    Q(set(x̄) ⊆ A): q(A) for k = 1, a closed form in prefix sums for k = 2, the race integral for
+    k ≥ 3 (:mod:`mdsd.race`).
     """
 
     name = "without_replacement"
@@ -384,9 +390,14 @@ class WithoutReplacement(DraftLaw):
                 w *= q[i] / np.delete(q, x[:pos]).sum()
             yield x, w
 
-    def _sample(self, q, generator):
-        race = torch.empty_like(q).exponential_(generator=generator) / q  # [..., V]; inf where q = 0
-        return torch.topk(race, self.k, dim=-1, largest=False, sorted=True).indices
+    def _sample(self, q, generator, shape=None):
+        if shape is None or math.prod(shape) == math.prod(q.shape[:-1]):
+            return race_top_k(q if shape is None else q.expand(*shape, q.shape[-1]), self.k, generator)
+        u = _uniforms(q, shape, self.k, generator)
+        drawn = inverse_cdf(q, u[..., :1])  # [*shape, 1]
+        for i in range(1, self.k):
+            drawn = torch.cat([drawn, inverse_cdf(q, u[..., i : i + 1], dropped=drawn)], dim=-1)
+        return drawn
 
 
 @register
@@ -427,12 +438,13 @@ class Hub(DraftLaw):
                 yield (i, a), q[i]
                 yield (a, i), q[a] * q[i] / rest
 
-    def _sample(self, q, generator):
-        hub = q.argmax(dim=-1)  # [...]; first maximum = lowest index
-        first = _draw(q, generator)
-        rest = q.scatter(-1, hub.unsqueeze(-1), 0.0)
-        second = torch.where(first == hub, _draw(rest, generator), hub)
-        return torch.stack([first, second], dim=-1)
+    def _sample(self, q, generator, shape=None):
+        shape = q.shape[:-1] if shape is None else shape
+        hub = q.argmax(dim=-1, keepdim=True).expand(*shape, 1)  # first maximum = lowest index
+        u = _uniforms(q, shape, 2, generator)
+        first = inverse_cdf(q, u[..., :1])  # [*shape, 1]
+        other = inverse_cdf(q, u[..., 1:], dropped=hub)  # q restricted to V∖{hub}
+        return torch.cat([first, torch.where(first == hub, other, hub)], dim=-1)
 
 
 @register
@@ -465,10 +477,13 @@ class Greedy(DraftLaw):
         for x in order[self.k - 1 :].tolist():
             yield (*top, x), q[x] / rest
 
-    def _sample(self, q, generator):
-        top = _ranked_torch(q)[..., : self.k - 1]  # [..., k-1]
-        last = _draw(q.scatter(-1, top, 0.0), generator)
-        return torch.cat([top, last.unsqueeze(-1)], dim=-1)
+    def _sample(self, q, generator, shape=None):
+        shape = q.shape[:-1] if shape is None else shape
+        u = _uniforms(q, shape, 1, generator)
+        if self.k == 1:
+            return inverse_cdf(q, u)
+        top = top_k(q, self.k - 1).expand(*shape, self.k - 1)  # T [*shape, k-1]
+        return torch.cat([top, inverse_cdf(q, u, dropped=top)], dim=-1)  # then q restricted to V∖T
 
 
 @register
@@ -504,8 +519,9 @@ class TopK(DraftLaw):
             raise ValueError(f"q has {qt.shape[-1]} tokens; {self!r} needs at least {self.k}")
         return self._sample(qt, generator)
 
-    def _sample(self, q, generator):
-        return _ranked_torch(q)[..., : self.k]
+    def _sample(self, q, generator, shape=None):
+        top = top_k(q, self.k)
+        return top if shape is None else top.expand(*shape, self.k)
 
 
 @dataclass(frozen=True, init=False)
@@ -552,11 +568,12 @@ class Joint(DraftLaw):
     def _joint(self, q):
         yield from self.table
 
-    def _sample(self, q, generator):
+    def _sample(self, q, generator, shape=None):
+        shape = q.shape[:-1] if shape is None else shape
         tuples = torch.tensor([x for x, _ in self.table], device=q.device)  # [M, k]
         weights = torch.tensor([w for _, w in self.table], dtype=torch.float64, device=q.device)
-        pick = torch.multinomial(weights, math.prod(q.shape[:-1]), replacement=True, generator=generator)
-        return tuples[pick].reshape(*q.shape[:-1], self.k)
+        pick = inverse_cdf(weights, _uniforms(q, shape, 1, generator))[..., 0]  # [*shape]
+        return tuples[pick]
 
     def sample(self, q: object, generator: torch.Generator | None = None) -> torch.Tensor:
         qt = as_probability_tensor(q, "q")

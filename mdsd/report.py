@@ -22,13 +22,13 @@ import numpy as np
 import scipy.stats
 import torch
 
+from mdsd import laws
 from mdsd.data import REAL_TEMPERATURES, real_pairs
-from mdsd.laws import DraftLaw, law_from_name, law_names, supports
+from mdsd.laws import DraftLaw, law_from_name, law_names
 from mdsd.otm import optimal_acceptance
 from mdsd.toy import toy_pair
 from mdsd.validation import as_pair
-from mdsd.verifiers import VERIFIERS, verifier
-from mdsd.verifiers.rrsw import ENUMERATION_LIMIT as RRSW_ENUMERATION_LIMIT
+from mdsd.verifiers import VERIFIERS, supports, verifier, verifier_class
 
 __all__ = ["LAWS", "ReportConfig", "Block", "make_law", "toy_blocks", "real_blocks", "report", "summarise"]
 
@@ -89,7 +89,7 @@ def make_law(name: str, k: int) -> DraftLaw | None:
     >>> make_law("without_replacement", 3), make_law("hub", 3)
     (WithoutReplacement(k=3), None)
     """
-    return law_from_name(name, k) if supports(name, k) else None
+    return law_from_name(name, k) if laws.supports(name, k) else None
 
 
 def toy_blocks(config: ReportConfig) -> list[Block]:
@@ -119,20 +119,6 @@ def real_blocks(config: ReportConfig) -> list[Block]:
     return blocks
 
 
-def _skip_reason(name: str, k: int, q: np.ndarray) -> str | None:
-    """Why a verifier's exact acceptance is out of reach on draft rows ``q`` [M, n], else None.
-
-    RRSw's exact acceptance for k >= 3 enumerates n · m(m−1)…(m−k+2) entries (m = support of q) and
-    refuses above :data:`mdsd.verifiers.rrsw.ENUMERATION_LIMIT`; the report skips it there.
-    """
-    if name == "rrsw" and k >= 3:
-        support = int(np.count_nonzero(q, axis=-1).max())
-        size = q.shape[-1] * math.perm(support, k - 1)
-        if size > RRSW_ENUMERATION_LIMIT:
-            return f"exact RRSw acceptance enumerates {size:.3g} > {RRSW_ENUMERATION_LIMIT:.0e} entries"
-    return None
-
-
 def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str, object]]:
     """(k, kind, name, law or verifier or skip reason) for every quantity of a block."""
     for k in config.k:
@@ -140,12 +126,16 @@ def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str,
             law = make_law(name, k)
             yield k, "optimum", name, law if law is not None else f"the {name} law has no k = {k}"
         for name in config.verifiers:
-            try:
-                v = verifier(name, k)
-            except ValueError as err:  # this verifier is not defined for this k
-                yield k, "verifier", name, str(err)
+            if not supports(name, k):
+                yield (
+                    k,
+                    "verifier",
+                    name,
+                    f"the {name} verifier needs k in {sorted(verifier_class(name).supported_k)}",
+                )
                 continue
-            reason = _skip_reason(name, k, q)
+            v = verifier(name, k)
+            reason = v.exact_obstacle(q)  # e.g. RRSw's k >= 3 enumeration on a large vocabulary
             yield k, "verifier", name, v if reason is None else reason
 
 

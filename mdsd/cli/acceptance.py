@@ -3,9 +3,12 @@
     mdsd acceptance --p p.npy --q q.json --k 2 [--json]
 
 Each FILE holds one probability vector (a ``.npy`` array or a ``.json`` list). Without ``--p`` and
-``--q`` it runs on the built-in example of ``mdsd optimal``. The single-draft verifier always uses
-k = 1 and SpecHub k = 2; a verifier whose exact acceptance is out of reach (RRSw with k ≥ 3 on a large
-vocabulary) is reported with a Monte Carlo estimate instead (``--samples``, seeded).
+``--q`` it runs on the built-in example of ``mdsd optimal``. A verifier defined for one k only (the
+single-draft verifier: 1, SpecHub: 2) runs at that k; a verifier whose exact acceptance is out of reach
+(RRSw with k ≥ 3 on a large vocabulary) is reported with a Monte Carlo estimate instead (``--samples``,
+seeded). Verifiers that cannot run here (k drafts need more distinct tokens than the vocabulary has)
+are listed as skipped, with the reason; so is an optimum the OTM solvers refuse (a q with fewer
+positive tokens than the law needs, where the verifiers fall back to their top-k rule).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from mdsd.cli.optimal import add_pair_arguments, read_pair
 from mdsd.otm import optimal_acceptance
 from mdsd.validation import as_pair
-from mdsd.verifiers import VERIFIERS, estimate_acceptance, verifier
+from mdsd.verifiers import VERIFIERS, estimate_acceptance, supports, verifier, verifier_class
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,25 +41,46 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def acceptance_rows(p: np.ndarray, q: np.ndarray, k: int, samples: int, seed: int) -> list[dict]:
-    """One row per verifier: its k, law, acceptance (exact or estimated), the law's optimum and the gap."""
-    rows = []
+def _k_for(name: str, k: int) -> int | None:
+    """The k verifier ``name`` runs at for ``--k k``: k itself, or its only k, or None."""
+    if supports(name, k):
+        return k
+    cls = verifier_class(name)
+    return next(iter(cls.supported_k)) if cls.supported_k and len(cls.supported_k) == 1 else None
+
+
+def acceptance_rows(
+    p: np.ndarray, q: np.ndarray, k: int, samples: int, seed: int
+) -> tuple[list[dict], list[dict]]:
+    """(rows, skipped). A row per verifier that runs: its k, law, acceptance (exact or estimated), the
+    law's optimum and the gap (None where the OTM solvers refuse q, with ``optimum_note``). A skipped
+    entry per verifier that cannot run here: verifier, k and reason."""
+    rows, skipped = [], []
     for name in VERIFIERS:
-        kk = {"single": 1, "spechub": 2}.get(name, k)
+        kk = _k_for(name, k)
+        if kk is None:
+            skipped.append({"verifier": name, "k": k, "reason": f"{name} does not run with k = {k}"})
+            continue
         v = verifier(name, kk)
+        reason = v.vocabulary_obstacle(q.size)
+        if reason is not None:
+            skipped.append({"verifier": name, "k": kk, "reason": reason})
+            continue
         row = {"verifier": name, "k": kk, "law": v.law.name, "exact": True}
-        try:
+        if v.exact_obstacle(q) is None:
             row["acceptance"] = v.acceptance(p, q)
-        except ValueError as err:
-            if "estimate_acceptance" not in str(err):
-                raise
+        else:
             est = estimate_acceptance(v, p, q, samples, seed)
             row.update(acceptance=est.value, exact=False, interval=[est.low, est.high])
-        row["optimum"] = float(optimal_acceptance(p, q, v.law))
-        gap = row["optimum"] - row["acceptance"]
-        row["gap"] = gap if abs(gap) > 1e-12 else 0.0  # rounding noise where the verifier is optimal
+        try:
+            row["optimum"] = float(optimal_acceptance(p, q, v.law))
+        except ValueError as err:  # the law cannot draw from q; the verifier uses its top-k rule
+            row.update(optimum=None, gap=None, optimum_note=str(err))
+        else:
+            gap = row["optimum"] - row["acceptance"]
+            row["gap"] = gap if abs(gap) > 1e-12 else 0.0  # rounding noise where the verifier is optimal
         rows.append(row)
-    return rows
+    return rows, skipped
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,17 +88,21 @@ def run(args: argparse.Namespace) -> int:
     p, q = as_pair(p, q)
     if p.ndim != 1:
         raise ValueError(f"--p and --q must each hold one vector; got shape {p.shape}")
-    rows = acceptance_rows(p, q, args.k, args.samples, args.seed)
+    rows, skipped = acceptance_rows(p, q, args.k, args.samples, args.seed)
     if args.json:
-        print(json.dumps({"n": int(p.size), "k": args.k, "example": example, "rows": rows}))
+        out = {"n": int(p.size), "k": args.k, "example": example, "rows": rows, "skipped": skipped}
+        print(json.dumps(out))
         return 0
     source = "built-in example" if example else f"p={args.p}, q={args.q}"
     print(f"acceptance P(output ∈ drafts), n = {p.size}, k = {args.k} ({source})")
     print(f"{'verifier':<9} {'law':<20} {'k':>2} {'acceptance':>11} {'optimum':>9} {'gap':>9}")
     for r in rows:
         mark = "" if r["exact"] else f"  (estimate, 95% CI {r['interval'][0]:.4f}-{r['interval'][1]:.4f})"
-        print(
-            f"{r['verifier']:<9} {r['law']:<20} {r['k']:>2} {r['acceptance']:>11.6f} {r['optimum']:>9.6f}"
-            f" {r['gap']:>9.6f}{mark}"
-        )
+        if r["optimum"] is None:
+            optimum, gap, mark = f"{'n/a':>9}", f"{'n/a':>9}", f"{mark}  (optimum: {r['optimum_note']})"
+        else:
+            optimum, gap = f"{r['optimum']:>9.6f}", f"{r['gap']:>9.6f}"
+        print(f"{r['verifier']:<9} {r['law']:<20} {r['k']:>2} {r['acceptance']:>11.6f} {optimum} {gap}{mark}")
+    for entry in skipped:
+        print(f"skipped: {entry['verifier']} (k = {entry['k']}): {entry['reason']}")
     return 0

@@ -1,7 +1,13 @@
 """Lossless multi-draft verifiers (MATH.md §3), each a batched torch sampler with an exact acceptance.
 
-``verifier(name, k)`` builds one; ``VERIFIERS`` lists the names. Every verifier has a slow float64
-reference in :mod:`mdsd.verifiers.reference` that its sampler matches under the same uniforms.
+The registry below is the one place verifier names live: ``VERIFIERS`` lists them, ``verifier(name, k)``
+builds one, ``supports(name, k)`` says whether it runs with k drafts, ``verifier_class(name)`` gives its
+class, which declares what it supports (``supported_k``, ``supports_k(k)``) and the law it drafts with
+(``verifier(name, k).law``), like :mod:`mdsd.laws`' registry. The CLI, the report and the experiments
+ask here instead of testing names. A new verifier touches its module,
+its reference (:mod:`mdsd.verifiers.reference`), its tests and one line of ``_CLASSES``.
+
+Every verifier has a slow float64 reference that its sampler matches under the same uniforms.
 """
 
 from __future__ import annotations
@@ -9,18 +15,27 @@ from __future__ import annotations
 from mdsd.verifiers.base import Verifier
 from mdsd.verifiers.estimate import AcceptanceEstimate, estimate_acceptance
 from mdsd.verifiers.greedy import GreedyVerifier
-from mdsd.verifiers.kseq import KSeq
+from mdsd.verifiers.kseq import KSeqVerifier
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
-from mdsd.verifiers.rrs import RRS
-from mdsd.verifiers.rrsw import RRSw
-from mdsd.verifiers.single import SingleDraft
-from mdsd.verifiers.spechub import SpecHub
+from mdsd.verifiers.rrs import RRSVerifier
+from mdsd.verifiers.rrsw import RRSwVerifier
+from mdsd.verifiers.single import SingleDraftVerifier
+from mdsd.verifiers.spechub import SpecHubVerifier
 from mdsd.verifiers.topk import TopKVerifier
 
 __all__ = [
     "VERIFIERS",
     "verifier",
+    "verifier_class",
+    "supports",
     "Verifier",
+    "SingleDraftVerifier",
+    "RRSVerifier",
+    "RRSwVerifier",
+    "KSeqVerifier",
+    "SpecHubVerifier",
+    "GreedyVerifier",
+    "TopKVerifier",
     "AcceptanceEstimate",
     "estimate_acceptance",
     "Uniforms",
@@ -28,9 +43,39 @@ __all__ = [
 ]
 
 _CLASSES: dict[str, type[Verifier]] = {
-    cls.name: cls for cls in (SingleDraft, RRS, RRSw, KSeq, SpecHub, GreedyVerifier, TopKVerifier)
+    cls.name: cls
+    for cls in (
+        SingleDraftVerifier,
+        RRSVerifier,
+        RRSwVerifier,
+        KSeqVerifier,
+        SpecHubVerifier,
+        GreedyVerifier,
+        TopKVerifier,
+    )
 }
 VERIFIERS: tuple[str, ...] = tuple(_CLASSES)
+
+
+def verifier_class(name: str) -> type[Verifier]:
+    """The class registered as ``name`` (one of :data:`VERIFIERS`).
+
+    >>> cls = verifier_class("spechub")
+    >>> cls.__name__, cls.supports_k(2), cls.supports_k(3)
+    ('SpecHubVerifier', True, False)
+    """
+    if name not in _CLASSES:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
+    return _CLASSES[name]
+
+
+def supports(name: str, k: int) -> bool:
+    """Whether the verifier ``name`` runs with ``k`` drafts (single: k = 1 only, SpecHub: k = 2 only).
+
+    >>> supports("spechub", 2), supports("spechub", 3), supports("rrs", 8)
+    (True, False, True)
+    """
+    return verifier_class(name).supports_k(k)
 
 
 def verifier(name: str, k: int) -> Verifier:
@@ -40,6 +85,4 @@ def verifier(name: str, k: int) -> Verifier:
     >>> v.name, v.k, v.law.name
     ('spechub', 2, 'hub')
     """
-    if name not in _CLASSES:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
-    return _CLASSES[name](k)
+    return verifier_class(name)(k)

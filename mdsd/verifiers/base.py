@@ -4,126 +4,288 @@ A verifier sees the target p, the draft q and the k drafts x̄ drawn from its la
 Y whose law is exactly p whatever x̄ was drawn. Its acceptance is P(Y ∈ set(x̄)) (MATH.md §1, §3): a
 token that equals a draft counts as accepted even when a residual or bonus draw produced it (§4).
 Shapes: B batch (any leading dimensions), K drafts, V vocabulary.
+
+**Two entry points.** The public ``draft`` / ``verify`` validate their inputs (and may synchronise
+with the device to do so); ``draft_unchecked`` / ``verify_unchecked`` are the kernels a decoding loop
+calls: no validation, no host synchronisation, every tensor created on the inputs' device.
+
+**Degenerate rows.** A law that needs m = ``law.min_support()`` > 1 tokens of positive probability (k
+drafts without replacement, the hub pair, the greedy drafts) cannot draw from a q with fewer; a float32
+softmax at low temperature is often exactly one-hot. Every verifier then does the same, defined here
+once: the drafts are the deterministic top-k of q (its whole support by decreasing q, then the
+lowest-index tokens with q = 0), and the verification emits y ~ p, accepted iff y is a draft: the
+top-k verifier, lossless and optimal for a deterministic draft set, with acceptance p(drafts).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from mdsd.laws import IID, DraftLaw, Greedy, Hub, TopK, WithoutReplacement
+from mdsd.laws import DraftLaw
+from mdsd.sampling import inverse_cdf, top_k
 from mdsd.validation import as_pair, as_probability_tensor, check_k
-from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take
+from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take, top_tokens
 
-__all__ = ["Verifier", "SIMULATE_CHUNK"]
+__all__ = ["Verifier", "Rows", "SIMULATE_CHUNK", "CPU_SLAB"]
 
 SIMULATE_CHUNK = 1 << 21  # simulate() runs about SIMULATE_CHUNK / √V samples at a time (O(√V) memory each)
+# On the CPU the kernels run over slabs of rows holding about CPU_SLAB entries [rows, V]: each [rows, V]
+# temporary then stays under glibc's 32 MB mmap threshold and is recycled instead of page-faulted in
+# afresh (a fresh 600 MB temporary costs ~8x the arithmetic on it).
+CPU_SLAB = 1 << 21
 
 
-def _top(q: torch.Tensor, m: int) -> torch.Tensor:
-    """The m most likely tokens of one q [V], ties towards the lower index: LongTensor [m]."""
-    return torch.sort(q, descending=True, stable=True).indices[:m]
+@dataclass(frozen=True)
+class Rows:
+    """One verify call as a kernel sees it.
 
-
-def _sequential_without_replacement(q: torch.Tensor, rows: int, k: int, generator) -> torch.Tensor:
-    """``rows`` tuples of k draws without replacement from one q [V], each draw from q renormalised
-    over the tokens not drawn yet (MATH.md §2), by inversion of the shared CDF of q: O(k² log V) a row.
-
-    Draw i inverts t = U (1 − q(S)) over the tokens outside S (the earlier draws): the smallest j with
-    C(j) − Σ_{s∈S, s≤j} q(s) > t, found by the fixed-point search j ← first{C > t + Σ_{s∈S, s≤j} q(s)}.
+    ``p``, ``q`` [*Bp, V] (Bp broadcastable to B), ``drafts`` [*B, K], the call's uniforms, and
+    ``degenerate`` [*B] (None when the law has none): on those rows q and the drafts are a stand-in
+    (uniform q, drafts 0..k−1) so that the kernel's arithmetic stays finite; :meth:`draw` returns a
+    draw of p there and the base class ignores the kernel's accept decision.
     """
-    cdf = q.double().cumsum(0)
-    qd = q.double()
-    u = torch.rand(rows, k, generator=generator, dtype=torch.float64, device=q.device)
-    drawn = torch.empty(rows, 0, dtype=torch.long, device=q.device)
-    last = int(torch.nonzero(q > 0)[-1])
-    for i in range(k):
-        weights = qd[drawn]  # [rows, i]
-        target = u[:, i] * (cdf[-1] - weights.sum(-1))
-        j = torch.searchsorted(cdf, target, right=True).clamp_max(last)
-        for _ in range(i + 1):
-            skipped = (weights * (drawn <= j.unsqueeze(-1))).sum(-1)
-            j = torch.searchsorted(cdf, target + skipped, right=True).clamp_max(last)
-        drawn = torch.cat([drawn, j.unsqueeze(-1)], dim=-1)
-    clash = (drawn.unsqueeze(-1) == drawn.unsqueeze(-2)).sum((-1, -2)) > k  # rounding at a boundary: redraw
-    if bool(clash.any()):
-        drawn[clash] = WithoutReplacement(k)._sample(q.expand(int(clash.sum()), -1), generator)
-    return drawn
+
+    p: torch.Tensor
+    q: torch.Tensor
+    drafts: torch.Tensor
+    u: Uniforms
+    degenerate: torch.Tensor | None
+
+    def draw(self, w: torch.Tensor, dropped: torch.Tensor | None = None) -> torch.Tensor:
+        """The residual token [*B]: a draw of weights ``w`` [*Bw, V] (less the tokens ``dropped``) with
+        the residual uniform; a draw of p where ``w`` has no mass and on degenerate rows."""
+        u = self.u.residual.unsqueeze(-1)
+        return inverse_cdf(w, u, dropped=dropped, fallback=self.p, use_fallback=self.degenerate)[..., 0]
+
+    def draw_p(self) -> torch.Tensor:
+        """A draw of p [*B] with the residual uniform."""
+        return inverse_cdf(self.p, self.u.residual.unsqueeze(-1))[..., 0]
+
+
+def collapse(t: torch.Tensor, batch: tuple[int, ...], event: int = 0) -> torch.Tensor:
+    """Reduce ``t`` [*B, *E] (``event`` trailing dimensions E) to [*batch, *E], ``batch`` broadcastable
+    to B: any / max over the dimensions that ``batch`` broadcasts. Used for what is one value per row
+    of q but is read off the drafts (a degenerate q, its hub, its top tokens), identical along them."""
+    b = t.ndim - event
+    if tuple(t.shape[:b]) == tuple(batch):
+        return t
+    if t.numel() == 0:
+        return t.new_empty((*batch, *t.shape[b:]))
+    full = (1,) * (b - len(batch)) + tuple(batch)
+    dims = tuple(i for i in range(b) if full[i] == 1 and t.shape[i] != 1)
+    if dims:
+        t = t.any(dim=dims, keepdim=True) if t.dtype == torch.bool else t.amax(dim=dims, keepdim=True)
+    return t.reshape((*batch, *t.shape[b:]))
 
 
 class Verifier(ABC):
     """A lossless multi-draft verifier for ``k`` drafts from the law :attr:`law`.
 
-    Subclasses set :attr:`name` and implement ``_law``, ``_acceptance`` (float64 numpy, one pair) and
-    ``_verify`` (torch, batched, given its uniforms).
+    A subclass declares once what it supports: :attr:`name` (its registry key), :attr:`supported_k`
+    (None: every k >= 1; :meth:`supports_k`) and the law it drafts with (``_law``). It implements
+    ``_acceptance`` (float64 numpy, one non-degenerate pair) and the kernel ``_verify`` (torch,
+    batched, synchronisation-free). Everything else (validation, degenerate rows, CPU slabs,
+    simulate) lives here.
     """
 
-    name = "verifier"
+    name: ClassVar[str] = "verifier"
+    supported_k: ClassVar[frozenset[int] | None] = None
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
-        self._check_k(self.k)
+        if not self.supports_k(self.k):
+            raise ValueError(
+                f"the {self.name} verifier needs k in {sorted(self.supported_k)}, got k = {self.k}"
+            )
         self.law: DraftLaw = self._law(self.k)
 
-    def _check_k(self, k: int) -> None:  # noqa: B027 (optional hook: most verifiers take any k >= 1)
-        """Raise ``ValueError`` if this verifier cannot run with ``k`` drafts."""
+    @classmethod
+    def supports_k(cls, k: int) -> bool:
+        """Whether this verifier runs with ``k`` drafts."""
+        return cls.supported_k is None or k in cls.supported_k
 
     def __repr__(self) -> str:
         return f"verifier({self.name!r}, k={self.k})"
 
+    @classmethod
     @abstractmethod
-    def _law(self, k: int) -> DraftLaw: ...
+    def _law(cls, k: int) -> DraftLaw:
+        """The law this verifier drafts with for ``k`` drafts."""
 
     @abstractmethod
-    def _acceptance(self, p: np.ndarray, q: np.ndarray) -> float: ...
+    def _acceptance(self, p: np.ndarray, q: np.ndarray) -> float:
+        """Exact acceptance of one pair [n] whose q has at least ``law.min_support()`` positive tokens."""
 
     @abstractmethod
-    def _verify(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms) -> torch.Tensor:
-        """Emitted tokens [*B] for p, q [*Bp, V] (Bp broadcastable to B), drafts [*B, K]."""
+    def _verify(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The kernel: (proposal [*B], accepted [*B] bool, residual [*B]).
 
-    # -- public API ---------------------------------------------------------------------------------------
+        The emitted token is ``proposal`` where ``accepted``, else ``residual`` (drawn with
+        :meth:`Rows.draw`). Arithmetic and sums over the vocabulary in p's dtype (float32 or float64),
+        scalars and cumulative sums in float64; no host synchronisation, no data-dependent shape, no
+        tensor off the inputs' device.
+        """
+
+    # -- exact acceptance ---------------------------------------------------------------------------------
 
     def acceptance(self, p: object, q: object) -> float:
-        """Exact acceptance P(Y ∈ set(x̄)) for one pair of vectors p, q [n]."""
+        """Exact acceptance P(Y ∈ set(x̄)) for one pair of vectors p, q [n].
+
+        On a degenerate pair (q has fewer than ``law.min_support()`` positive tokens) this is
+        p(top-k of q), the acceptance of the degenerate rule (module docstring): exact, and optimal for
+        that deterministic draft set. :func:`mdsd.optimal_acceptance` refuses such a q for the law.
+        """
         pa, qa = as_pair(p, q)
         if pa.ndim != 1:
             raise ValueError(f"acceptance takes one pair of vectors [n]; got p, q of shape {pa.shape}")
-        self.law.check(qa)
+        reason = self.vocabulary_obstacle(qa.size)
+        if reason is not None:
+            raise ValueError(reason)
+        if np.count_nonzero(qa) < self.law.min_support():
+            return float(pa[top_tokens(qa, self.k)].sum())
         return float(self._acceptance(pa, qa))
 
+    def vocabulary_obstacle(self, n: int) -> str | None:
+        """Why this verifier cannot run on a vocabulary of ``n`` tokens (its law draws more distinct
+        tokens than there are), or None."""
+        try:
+            self.law.check(np.full(n, 1.0 / n))
+        except ValueError as err:
+            return str(err)
+        return None
+
+    def exact_obstacle(self, q: np.ndarray, limit: int | None = None) -> str | None:  # noqa: ARG002
+        """Why :meth:`acceptance` cannot compute the exact acceptance for draft rows ``q`` [..., n]
+        (too costly, beyond ``limit`` units of work where the verifier has such a limit), or None."""
+        return None
+
+    # -- drafting -----------------------------------------------------------------------------------------
+
     def draft(self, q: object, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Draw k drafts from this verifier's law for every row of q [..., V]: LongTensor [..., k]."""
+        """Draw k drafts for every row of q [..., V]: LongTensor [..., k] (validated).
+
+        Degenerate rows get the top-k of q (module docstring). See :meth:`draft_unchecked`.
+        """
         qt = as_probability_tensor(q, "q")
+        reason = self.vocabulary_obstacle(qt.shape[-1])
+        if reason is not None:
+            raise ValueError(reason)
         if generator is None:
             generator = torch.Generator(device=qt.device)
             generator.seed()
-        return self.law.sample(qt, generator)
+        return self.draft_unchecked(qt, generator)
+
+    def draft_unchecked(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The drafting kernel: k drafts [*B, k] (int64) for each row of q [*B, V], on q's device.
+
+        ``q`` float32 or float64, each row non-negative and summing to 1, V large enough for the law
+        (:meth:`vocabulary_obstacle`). No validation and no host synchronisation. A row with fewer
+        than ``law.min_support()`` positive tokens gets its deterministic top-k (all of its support by
+        decreasing q, ties towards the lower index, then the lowest-index tokens with q = 0); every
+        other row a draw of the law, never a token with q = 0.
+        """
+        starts = self._slab_starts(q, q.shape[:-1])
+        if starts is None:
+            return self._draft_rows(q, generator)
+        flat = q.reshape(-1, q.shape[-1])
+        bounds = zip(starts, [*starts[1:], flat.shape[0]], strict=True)
+        out = torch.cat([self._draft_rows(flat[a:b], generator) for a, b in bounds])
+        return out.reshape(*q.shape[:-1], self.k)
+
+    def _draft_rows(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        need = self.law.min_support()
+        if need <= 1:
+            return self.law._sample(q, generator)
+        top = top_k(q, self.k)  # [*B, k]
+        degenerate = take(q, top[..., need - 1 : need])[..., 0] == 0  # fewer than `need` positive tokens
+        stand_in = torch.lerp(q, q.new_full((), 1.0 / q.shape[-1]), degenerate.unsqueeze(-1).to(q.dtype))
+        return torch.where(degenerate.unsqueeze(-1), top, self.law._sample(stand_in, generator))
+
+    # -- verification -------------------------------------------------------------------------------------
 
     def verify(
         self, p: object, q: object, drafts: object, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Verify the drafts: returns (tokens [...], accepted_index [...]); index -1 = no draft accepted.
+        """Verify the drafts (validated): returns (tokens [...], accepted_index [...]).
 
         p, q [..., V] (any float dtype; arithmetic in float32, or float64 for float64 input), drafts
         [..., k] as drawn by :meth:`draft`. p and q may also have fewer (broadcastable) leading dimensions
-        than the drafts, e.g. one pair [V] for many draft tuples [N, k]. The reported index is that of
-        the first draft equal to the emitted token, whichever branch emitted it.
+        than the drafts, e.g. one pair [V] for many draft tuples [N, k]. See :meth:`verify_unchecked`.
         """
         pt, qt, dt = self._inputs(p, q, drafts)
         u = draw_uniforms(tuple(dt.shape[:-1]), self.k, generator, pt.device)
-        tokens = self._verify(pt, qt, dt, u)
+        tokens = self._tokens(pt, qt, dt, u)
         return tokens, first_match(dt, tokens)
+
+    def verify_unchecked(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The verification kernel: (tokens [*B], accepted_index [*B]), both int64 on p's device.
+
+        p, q [*Bp, V] of one dtype (float32 or float64) and device, Bp broadcastable to B, each row
+        non-negative and summing to 1; drafts [*B, k] int64 as :meth:`draft_unchecked` drew them for
+        that q. ``accepted_index`` is the index of the first draft equal to the emitted token, -1 if
+        none (a residual token that equals a draft counts as accepted). One ``torch.rand`` of shape
+        [*B, k + 1] from ``generator`` per call. No validation, no host synchronisation; on
+        degenerate rows (a draft with q = 0) the token is a draw of p.
+        """
+        u = draw_uniforms(tuple(drafts.shape[:-1]), self.k, generator, p.device)
+        tokens = self._tokens(p, q, drafts, u)
+        return tokens, first_match(drafts, tokens)
 
     def verify_with(
         self, p: object, q: object, drafts: object, uniforms: Uniforms
-    ) -> tuple[torch.Tensor, ...]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`verify` with given uniforms (from :func:`mdsd.verifiers.draw_uniforms`), for references."""
         pt, qt, dt = self._inputs(p, q, drafts)
-        tokens = self._verify(pt, qt, dt, uniforms)
+        tokens = self._tokens(pt, qt, dt, uniforms)
         return tokens, first_match(dt, tokens)
+
+    def _tokens(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms) -> torch.Tensor:
+        batch = drafts.shape[:-1]
+        starts = self._slab_starts(p, batch)
+        if starts is None:  # one block (off the CPU, small, or one pair shared by many tuples)
+            return self._verify_block(p, q, drafts, u)
+        n, rows = p.shape[-1], math.prod(batch)
+        p, q, drafts = p.reshape(rows, n), q.reshape(rows, n), drafts.reshape(rows, self.k)
+        u = Uniforms(u.accept.reshape(rows, self.k), u.residual.reshape(rows))
+        out = [
+            self._verify_block(p[a:b], q[a:b], drafts[a:b], u.rows(a, b))
+            for a, b in zip(starts, [*starts[1:], rows], strict=True)
+        ]
+        return torch.cat(out).reshape(batch)
+
+    def _verify_block(
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms
+    ) -> torch.Tensor:
+        degenerate = None
+        if self.law.min_support() > 1:
+            degenerate = (take(q, drafts) == 0).any(-1)  # [*B]: only the degenerate rule drafts q = 0
+            flag = collapse(degenerate, q.shape[:-1]).unsqueeze(-1).to(q.dtype)
+            q = torch.lerp(q, q.new_full((), 1.0 / q.shape[-1]), flag)  # stand-in: uniform q
+            stand_in = torch.arange(self.k, device=drafts.device)
+            drafts = torch.where(degenerate.unsqueeze(-1), stand_in, drafts)
+        proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate))
+        if degenerate is not None:
+            accepted = accepted & ~degenerate
+        return torch.where(accepted, proposal, residual)
+
+    @staticmethod
+    def _slab_starts(t: torch.Tensor, batch: torch.Size) -> list[int] | None:
+        """First rows of the CPU slabs (see :data:`CPU_SLAB`) for one row of ``t`` [*batch, V] per
+        batch entry, or None to run in one block."""
+        rows, step = math.prod(batch), max(1, CPU_SLAB // t.shape[-1])
+        if t.device.type != "cpu" or t.shape[:-1] != batch or rows <= step:
+            return None
+        return list(range(0, rows, step))
+
+    # -- simulation ---------------------------------------------------------------------------------------
 
     def simulate(
         self, p: object, q: object, num_samples: int, seed: int
@@ -131,51 +293,37 @@ class Verifier(ABC):
         """Draft and verify ``num_samples`` times for one pair p, q [V]: (tokens [N], accepted_index [N]).
 
         Runs in chunks so memory stays bounded; seeded, so the result is reproducible. Every sample
-        shares the pair, so drafts and residuals use one-pair fast paths (O(√V) or less per sample);
-        their draws invert the same CDFs as :meth:`verify` on expanded rows.
+        shares the pair, so drafts and residuals use one-pair paths (O(√V) or less per sample) that
+        invert the same CDFs as :meth:`verify` on expanded rows.
         """
         num_samples = check_k(num_samples, "num_samples")
         pt, qt, _ = self._inputs(p, q, None)
         if pt.ndim != 1:
             raise ValueError(f"simulate takes one pair of vectors [V]; got shape {tuple(pt.shape)}")
-        self.law.check(qt.detach().cpu().double().numpy())
+        reason = self.vocabulary_obstacle(qt.shape[-1])
+        if reason is not None:
+            raise ValueError(reason)
+        degenerate = int((qt > 0).sum()) < self.law.min_support()
         generator = torch.Generator(device=pt.device).manual_seed(int(seed))
         chunk = max(1, min(num_samples, SIMULATE_CHUNK // (math.isqrt(pt.shape[-1]) + 1)))
         tokens, accepted = [], []
         for start in range(0, num_samples, chunk):
             rows = min(chunk, num_samples - start)
-            drafts = self._repeat_drafts(qt, rows, generator)
+            if degenerate:
+                drafts = top_k(qt, self.k).expand(rows, self.k)
+            else:
+                drafts = self.law._sample(qt, generator, (rows,))
             u = draw_uniforms((rows,), self.k, generator, pt.device)
-            out = self._verify(pt, qt, drafts, u)
+            out = self._verify_block(pt, qt, drafts, u)
             tokens.append(out)
             accepted.append(first_match(drafts, out))
         return torch.cat(tokens), torch.cat(accepted)
-
-    def _repeat_drafts(self, q: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
-        """``rows`` draft tuples [rows, k] from this law for ONE q [V], without O(rows V) work where the
-        law allows it; else the law's own sampler."""
-        law, k = self.law, self.k
-        if isinstance(law, WithoutReplacement):
-            return _sequential_without_replacement(q, rows, k, generator)
-        if isinstance(law, IID):
-            return torch.multinomial(q, rows * k, replacement=True, generator=generator).reshape(rows, k)
-        if isinstance(law, (TopK, Greedy, Hub)):
-            top = law._sample(q, generator) if isinstance(law, TopK) else _top(q, k - 1)
-            if isinstance(law, TopK):
-                return top.expand(rows, k)
-            rest = q.scatter(-1, top, 0.0)  # q restricted to V∖T (T = the hub for the hub pair)
-            last = torch.multinomial(rest, rows, replacement=True, generator=generator)  # [rows]
-            if isinstance(law, Greedy):
-                return torch.cat([top.expand(rows, k - 1), last.unsqueeze(-1)], dim=-1)
-            first = torch.multinomial(q, rows, replacement=True, generator=generator)
-            return torch.stack([first, torch.where(first == top, last, top)], dim=-1)
-        return law._sample(q.expand(rows, -1), generator)
 
     # -- validation ---------------------------------------------------------------------------------------
 
     def _inputs(
         self, p: object, q: object, drafts: object
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         pt = as_probability_tensor(p, "p")
         qt = as_probability_tensor(q, "q")
         if pt.shape != qt.shape:
@@ -187,6 +335,9 @@ class Verifier(ABC):
             raise ValueError(f"p and q must be on one device; got {pt.device} and {qt.device}")
         if pt.dtype != qt.dtype:
             pt, qt = pt.double(), qt.double()
+        reason = self.vocabulary_obstacle(qt.shape[-1])
+        if reason is not None:
+            raise ValueError(reason)
         if drafts is None:
             return pt, qt, None
         dt = drafts if isinstance(drafts, torch.Tensor) else torch.as_tensor(np.asarray(drafts))
@@ -210,6 +361,23 @@ class Verifier(ABC):
         return pt, qt, dt
 
     def _check_drafts(self, q: torch.Tensor, drafts: torch.Tensor) -> None:
-        """Raise ``ValueError`` for drafts this verifier's law cannot produce (cheap checks only)."""
-        if not bool((take(q, drafts) > 0).all()):
+        """Raise ``ValueError`` for drafts this verifier's law cannot produce (cheap checks only).
+
+        Degenerate rows must carry the top-k of q; the others only tokens with q > 0, and whatever
+        :meth:`_check_law_drafts` asks of the law.
+        """
+        batch = drafts.shape[:-1]
+        degenerate = ((q > 0).sum(-1) < self.law.min_support()).expand(batch)
+        if bool(degenerate.any()):
+            top = top_k(q, self.k).expand(*batch, self.k)
+            if not bool((drafts == top).all(-1)[degenerate].all()):
+                raise ValueError(
+                    f"where q has fewer than {self.law.min_support()} tokens of positive probability, "
+                    f"the drafts must be its top-{self.k} (what draft() returns there)"
+                )
+        if not bool(((take(q, drafts) > 0).all(-1) | degenerate).all()):
             raise ValueError("drafts contain a token with q = 0, which the draft law never draws")
+        self._check_law_drafts(q, drafts, ~degenerate)
+
+    def _check_law_drafts(self, q: torch.Tensor, drafts: torch.Tensor, rows: torch.Tensor) -> None:  # noqa: B027
+        """Raise ``ValueError`` if the drafts of the non-degenerate ``rows`` [*B] break the law."""

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 
 from mdsd.laws import Greedy
-from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take, top_tokens
+from mdsd.sampling import top_k
+from mdsd.verifiers.base import Rows, Verifier, collapse
+from mdsd.verifiers.ops import mass_outside, take, top_tokens
 
 __all__ = ["GreedyVerifier"]
 
@@ -21,6 +22,10 @@ class GreedyVerifier(Verifier):
 
     .. math:: \alpha = p(T) + \sum_{y \notin T} \min\Bigl(p(y), \frac{q(y)}{1 - q(T)}\Bigr) = \alpha^*
 
+    1 − q(T) is summed over the tokens outside T (no cancellation) and q' is formed as q / (1 − q(T)),
+    at most 1 off T (no overflow in float32 for a near-one-hot q). T is read off the drafts, one T per
+    row of q (so one pair shared by many tuples shares its residual).
+
     >>> from mdsd.verifiers import verifier
     >>> round(verifier("greedy", 2).acceptance([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), 6)
     0.766667
@@ -28,7 +33,8 @@ class GreedyVerifier(Verifier):
 
     name = "greedy"
 
-    def _law(self, k):
+    @classmethod
+    def _law(cls, k):
         return Greedy(k)
 
     def _acceptance(self, p, q):
@@ -37,20 +43,20 @@ class GreedyVerifier(Verifier):
         off[top] = False
         return float(p[top].sum() + np.minimum(p[off], q[off] / q[off].sum()).sum())
 
-    def _check_drafts(self, q, drafts):
-        super()._check_drafts(q, drafts)
+    def _check_law_drafts(self, q, drafts, rows):
         same = (drafts.unsqueeze(-1) == drafts.unsqueeze(-2)).sum((-1, -2))
-        if bool((same > self.k).any()):
+        if bool(((same > self.k) & rows).any()):
             raise ValueError("greedy drafts must be distinct tokens")
+        top = top_k(q, self.k - 1).expand(*drafts.shape[:-1], self.k - 1)
+        if not bool((drafts[..., :-1] == top).all(-1)[rows].all()):
+            raise ValueError(f"greedy drafts must start with the top {self.k - 1} tokens of q")
 
-    def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
-        top, x = drafts[..., :-1], drafts[..., -1:]  # T [*B, K-1], the random draft [*B, 1]
-        flat = top.reshape(x.numel(), self.k - 1)
-        if p.ndim == 1 and x.numel() and bool((flat == flat[:1]).all()):
-            top = flat[0]  # one pair and one T for every tuple (simulate): the residual is shared, [V]
-        scale = 1.0 / mass_outside(q, top).clamp_min(torch.finfo(torch.float64).tiny)  # q' = scale * q off T
-        accept = u.accept[..., -1] * scale * take(q, x)[..., 0] < take(p, x)[..., 0]
-        gain = (p - scale.to(p.dtype).unsqueeze(-1) * q).clamp_min_(0)  # [*B, V] (or [V])
+    def _verify(self, rows: Rows):
+        p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
+        x = drafts[..., -1:]  # the random draft [*B, 1]
+        top = collapse(drafts[..., :-1], q.shape[:-1], event=1)  # T [*Bq, K-1]: one T per row of q
+        rest = mass_outside(q, top)  # 1 − q(T) [*Bq], float64: q' = q / rest off T
+        accepted = u.accept[..., -1] * (take(q, x)[..., 0] / rest) < take(p, x)[..., 0]
+        gain = torch.addcdiv(p, q, -rest.to(p.dtype).unsqueeze(-1)).clamp_min_(0)  # (p − q')+ off T
         gain = gain.scatter_(-1, top, take(p, top))  # q' = 0 on T
-        residual = inverse_cdf(gain, u.residual, p.expand_as(gain))
-        return torch.where(accept, x[..., 0], residual)
+        return x[..., 0], accepted, rows.draw(gain)

@@ -6,92 +6,82 @@ import numpy as np
 import torch
 
 from mdsd.laws import IID
-from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
+from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.ops import take
 
-__all__ = ["KSeq", "kseq_rho", "BISECTION_STEPS", "DENSE_STEPS"]
+__all__ = ["KSeqVerifier", "kseq_rho", "GRID_BITS", "stage_bits"]
 
-BISECTION_STEPS = {torch.float32: 32, torch.float64: 60}  # halvings of [1, k]: to the working precision
-DENSE_STEPS = 6  # halvings over all V tokens before the scan shrinks to the tokens inside the bracket
+# ρ lies on a grid of 2^bits steps over [1, k]: a step of (k − 1) 2^-bits, about the input's precision
+GRID_BITS = {torch.float32: 24, torch.float64: 48}
+
+
+def stage_bits(n: int) -> int:
+    """Grid bits one pass over a vocabulary of n resolves: a histogram of 2^b bins, b in {4, 8, 12}
+    (divisors of both grids), with 2^b <= 4 n so the histogram costs less than the pass."""
+    return 12 if n >= 1024 else 8 if n >= 64 else 4
 
 
 def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ρ, β(ρ), p_acc(ρ) for rows of p, q [..., V]: ρ ∈ [1, k] by bisection on g(ρ) = p_acc(ρ) − ρ β(ρ).
+    r"""ρ, β(ρ), p_acc(ρ) for rows of p, q [..., V] (float64 results [...]).
 
-    β(ρ) = Σ min(p/ρ, q), p_acc(ρ) = 1 − (1 − β)^k; g is decreasing with g(1) ≥ 0 ≥ g(k). The upper end
-    of the final bracket is returned, so g(ρ) ≤ 0 (γ = p_acc/β ≤ ρ): the residual p − γ min(p/ρ, q) is
-    then non-negative and the scheme is exactly lossless for the returned ρ, whatever its distance to ρ*.
+    β(ρ) = Σ min(p/ρ, q), p_acc(ρ) = 1 − (1 − β)^k, and g(ρ) = p_acc(ρ) − ρ β(ρ) decreases from
+    g(1) ≥ 0 to g(k) ≤ 0. ρ is the smallest point of the grid ρ_j = 1 + (k − 1) j / 2^b
+    (b = :data:`GRID_BITS` of p's dtype) with g(ρ_j) ≤ 0, which is what b halvings of [1, k] return.
+    So g(ρ) ≤ 0, γ = p_acc/β ≤ ρ, the residual p − γ min(p/ρ, q) is non-negative and the scheme is
+    exactly lossless for the returned ρ, within (k − 1) 2^-b of the root ρ*.
 
-    Cost: the first :data:`DENSE_STEPS` halvings scan all V tokens; then, inside the bracket [lo, hi],
-    a token with p ≤ lo q adds p to ρ β(ρ) = Σ min(p, ρ q) and one with p ≥ hi q adds ρ q, so those are
-    summed once and the remaining halvings scan only the few tokens with lo q < p < hi q.
-    Scalars run in float64; the O(V) reductions in p's dtype with float64 accumulation.
+    The search takes b / :func:`stage_bits` passes over the vocabulary and no branch on the data:
+    with r = p/q, h(ρ) = ρ β(ρ) = Σ_{r < ρ} p + ρ Σ_{r ≥ ρ} q, so one histogram of (p, q) over
+    M = 2^12 bins of r inside the current bracket (fewer for small V) gives h, hence g, at all M + 1
+    bin edges at once; the first edge with g ≤ 0 and the one before it are the next bracket. Two
+    passes for float32 input, four for float64.
+
+    >>> rho, beta, pacc = kseq_rho(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]), 2)
+    >>> float(rho), float(pacc)
+    (1.0, 1.0)
     """
-    shape, n, dtype = p.shape[:-1], p.shape[-1], p.dtype
+    shape, n = p.shape[:-1], p.shape[-1]
+    bits = stage_bits(n)
+    stages, bins = GRID_BITS[p.dtype] // bits, 1 << bits
     pr, qr = p.reshape(-1, n), q.reshape(-1, n)  # [R, V]
     rows = pr.shape[0]
-
-    def g(h, rho):  # g(ρ) and β(ρ) from h = ρ β(ρ)
-        b = h / rho
-        return 1.0 - (1.0 - b).clamp(0, 1) ** k - h, b
-
-    def dense(rho):  # h(ρ) over all tokens, [R]
-        return torch.minimum(pr, rho.to(dtype).unsqueeze(-1) * qr).sum(-1, dtype=torch.float64)
-
-    lo = torch.ones(rows, dtype=torch.float64, device=p.device)
+    ratio = (pr / qr).nan_to_num_(nan=0.0)  # q = 0: p > 0 lands above k (finite), p = 0 adds nothing
+    p64, q64 = pr.reshape(-1).to(torch.float64), qr.reshape(-1).to(torch.float64)  # histogram weights
+    offset = torch.arange(rows, device=p.device).unsqueeze(-1) * (bins + 2)  # one histogram per row
+    steps = torch.arange(bins + 1, device=p.device, dtype=torch.float64) / bins  # [M + 1]
+    lo = torch.ones(rows, 1, dtype=torch.float64, device=p.device)
     hi = torch.full_like(lo, float(k))
-    hi = torch.where(g(dense(lo), lo)[0] <= 0, lo, hi)  # k = 1, p = q or disjoint supports: ρ = 1
-    steps = BISECTION_STEPS[dtype] + int(np.ceil(np.log2(k)))
-    for _ in range(min(DENSE_STEPS, steps)):
-        mid = 0.5 * (lo + hi)
-        down = g(dense(mid), mid)[0] <= 0
-        hi, lo = torch.where(down, mid, hi), torch.where(down, lo, mid)
-    # keep only the tokens whose min(p, ρ q) can still switch sides inside [lo, hi]
-    below = pr <= lo.to(dtype).unsqueeze(-1) * qr
-    above = (pr >= hi.to(dtype).unsqueeze(-1) * qr) & ~below
-    fixed_p = torch.where(below, pr, 0).sum(-1, dtype=torch.float64)
-    fixed_q = torch.where(above, qr, 0).sum(-1, dtype=torch.float64)
-    row, col = torch.nonzero(~(below | above), as_tuple=True)
-    pm, qm = pr[row, col], qr[row, col]
-    fine = steps - min(DENSE_STEPS, steps)
-    if rows == 1:  # one row (a decoding step): plain float64 scalars, no per-step tensor overhead
-        a, c, pm, qm = (
-            float(fixed_p[0]),
-            float(fixed_q[0]),
-            pm.double().cpu().numpy(),
-            qm.double().cpu().numpy(),
-        )
-        left, right = float(lo[0]), float(hi[0])
-        for _ in range(fine):
-            mid = 0.5 * (left + right)
-            h = a + mid * c + float(np.minimum(pm, mid * qm).sum())
-            if 1.0 - min(max(1.0 - h / mid, 0.0), 1.0) ** k - h <= 0:
-                right = mid
-            else:
-                left = mid
-        hi = torch.full_like(hi, right)
-        h = a + right * c + float(np.minimum(pm, right * qm).sum())
-        b = torch.full_like(hi, h / right)
-    else:
-
-        def h(rho):
-            scan = torch.minimum(pm, rho.to(dtype)[row] * qm).double()
-            return fixed_p + rho * fixed_q + torch.zeros_like(rho).index_add_(0, row, scan)
-
-        for _ in range(fine):
-            mid = 0.5 * (lo + hi)
-            down = g(h(mid), mid)[0] <= 0
-            hi, lo = torch.where(down, mid, hi), torch.where(down, lo, mid)
-        b = g(h(hi), hi)[1]
-    return hi.reshape(shape), b.reshape(shape), (1.0 - (1.0 - b).clamp(0, 1) ** k).reshape(shape)
+    for _ in range(stages):
+        width = hi - lo
+        # a closed bracket (ρ found) keeps the scale finite in p's dtype, so no bin is 0 · ∞
+        scale = (bins / width.clamp_min(1e-270)).clamp_max(torch.finfo(p.dtype).max)
+        # bin 0: r < lo; bin j in 1..M: lo + (j-1) w/M <= r < lo + j w/M; bin M+1: r >= hi. In p's
+        # dtype: lo and w are exact there, and r − lo is exact near lo.
+        where = (ratio - lo.to(p.dtype)).mul_(scale.to(p.dtype)).add_(1.0).clamp_(0, bins + 1)
+        where = where.to(torch.int64).add_(offset).view(-1)
+        mass_p = torch.zeros(rows * (bins + 2), dtype=torch.float64, device=p.device)
+        below = mass_p.scatter_add_(0, where, p64).view(rows, bins + 2).cumsum_(-1)  # Σ p over r < edge
+        mass_q = torch.zeros_like(mass_p).scatter_add_(0, where, q64).view(rows, bins + 2).cumsum_(-1)
+        above = mass_q[:, -1:] - mass_q[:, : bins + 1]  # Σ q over r >= edge_m, m = 0..M
+        edge = torch.addcmul(lo, width, steps)  # [R, M + 1]
+        h = torch.addcmul(below[:, : bins + 1], edge, above)  # ρ β(ρ) at every edge
+        down = (h / edge).neg_().add_(1.0).clamp_(0, 1).pow_(k) >= 1.0 - h  # g(edge) <= 0
+        down[:, -1] = True  # hi: g <= 0 (at the first stage g(k) > 0 only by rounding; keep k then)
+        m = down.to(torch.uint8).argmax(-1, keepdim=True)  # first edge with g <= 0
+        new_hi = edge.gather(-1, m)
+        lo = torch.where(m > 0, edge.gather(-1, (m - 1).clamp_min(0)), new_hi)
+        hi, beta = new_hi, h.gather(-1, m) / new_hi
+    pacc = 1.0 - (1.0 - beta).clamp(0, 1) ** k
+    return hi.reshape(shape), beta.reshape(shape), pacc.reshape(shape)
 
 
-class KSeq(Verifier):
+class KSeqVerifier(Verifier):
     r"""K-SEQ: accept the first x_i with U_i ≤ p(x_i)/(ρ q(x_i)); else draw norm((p − γ min(p/ρ, q))+).
 
-    β(ρ) = Σ min(p/ρ, q), p_acc = 1 − (1 − β)^k, γ = p_acc/β, ρ from :func:`kseq_rho` (bisection for
-    p_acc(ρ) = ρ β(ρ)). Guarantee: α ≥ (1 − 1/e) α* (Sun et al. 2023). The acceptance is exact for the
-    computed ρ, including the residual landing on a rejected draft (zero when ρ = ρ* exactly):
+    β(ρ) = Σ min(p/ρ, q), p_acc = 1 − (1 − β)^k, γ = p_acc/β, ρ from :func:`kseq_rho` (the root of
+    p_acc(ρ) = ρ β(ρ) on a fine grid). Guarantee: α ≥ (1 − 1/e) α* (Sun et al. 2023). The acceptance is
+    exact for the computed ρ, including the residual landing on a rejected draft (zero when ρ = ρ*
+    exactly):
 
     .. math:: \alpha = p_{acc} + (1 - p_{acc}) \sum_y r(y) \bigl(1 - (1 - d(y))^k\bigr), \quad
               r = \mathrm{norm}\bigl((p - \gamma \min(p/\rho, q))_+\bigr), \;
@@ -106,7 +96,8 @@ class KSeq(Verifier):
 
     name = "kseq"
 
-    def _law(self, k):
+    @classmethod
+    def _law(cls, k):
         return IID(k)
 
     def _acceptance(self, p, q):
@@ -122,11 +113,14 @@ class KSeq(Verifier):
         landed = (r / r.sum() * (1.0 - (1.0 - np.minimum(d, 1.0)) ** self.k)).sum()
         return float(pacc + (1.0 - pacc) * landed)
 
-    def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
+    def _verify(self, rows: Rows):
+        p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
         rho, b, pacc = kseq_rho(p, q, self.k)  # [*Bp]
         gamma = torch.where(b > 0, pacc / b.clamp_min(torch.finfo(torch.float64).tiny), rho)
         accept = u.accept * rho.unsqueeze(-1) * take(q, drafts) < take(p, drafts)  # [*B, K]
         first = accept.to(torch.uint8).argmax(-1, keepdim=True)
-        kept = torch.minimum(p, rho.to(p.dtype).unsqueeze(-1) * q) * (gamma / rho).to(p.dtype).unsqueeze(-1)
-        residual = inverse_cdf((p - kept).clamp_min_(0), u.residual, p)
-        return torch.where(accept.any(-1), drafts.gather(-1, first)[..., 0], residual)
+        kept = torch.minimum(q * rho.to(p.dtype).unsqueeze(-1), p).mul_(
+            (gamma / rho).to(p.dtype).unsqueeze(-1)
+        )
+        residual = rows.draw(kept.neg_().add_(p).clamp_min_(0))  # (p − γ min(p/ρ, q))+
+        return drafts.gather(-1, first)[..., 0], accept.any(-1), residual

@@ -4,6 +4,8 @@ Each ``reference_<name>(p, q, drafts, accept, residual)`` takes one row (numpy f
 [k], the row's uniforms ``accept`` [k] and ``residual``) and returns the emitted token. The batched
 samplers must emit the same tokens when given the same :class:`~mdsd.verifiers.ops.Uniforms`
 (:func:`reference_verify`). The references renormalise explicitly and never share code with the samplers.
+A residual without mass is replaced by p; a degenerate row (q has fewer positive tokens than the law
+needs, :mod:`mdsd.verifiers.base`) emits a draw of p with the residual uniform.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mdsd.verifiers.kseq import GRID_BITS
 from mdsd.verifiers.ops import Uniforms
 
 __all__ = ["reference_verify", "REFERENCES"]
@@ -42,7 +45,7 @@ def reference_rrs(p, q, drafts, accept, residual):
     for i, x in enumerate(drafts):
         if accept[i] * q[x] < pi[x]:
             return x
-        pi = _norm_or(np.maximum(pi - q, 0.0), pi)
+        pi = _norm_or(np.maximum(pi - q, 0.0), p)
     return _draw(pi, residual)
 
 
@@ -66,7 +69,7 @@ def _kseq_rho(p, q, k):
     lo, hi = 1.0, float(k)
     if g(lo) <= 0:
         return lo
-    for _ in range(60 + int(np.ceil(np.log2(k)))):
+    for _ in range(GRID_BITS[torch.float64]):  # ρ on the grid 1 + (k − 1) j / 2^48
         mid = 0.5 * (lo + hi)
         if g(mid) <= 0:
             hi = mid
@@ -150,8 +153,14 @@ def reference_verify(name: str, p: object, q: object, drafts: object, uniforms: 
     accept = uniforms.accept.cpu().numpy()
     residual = uniforms.residual.cpu().numpy()
     rule = REFERENCES[name]
-    out = [
-        rule(p[b] / p[b].sum(), q[b] / q[b].sum(), [int(x) for x in drafts[b]], accept[b], residual[b])
-        for b in range(drafts.shape[0])
-    ]
+    from mdsd.verifiers import verifier
+
+    need = verifier(name, drafts.shape[-1]).law.min_support()
+    out = []
+    for b in range(drafts.shape[0]):
+        pb, qb = p[b] / p[b].sum(), q[b] / q[b].sum()
+        if np.count_nonzero(qb) < need:  # degenerate row: y ~ p, accepted iff y is a draft
+            out.append(_draw(pb, residual[b]))
+        else:
+            out.append(rule(pb, qb, [int(x) for x in drafts[b]], accept[b], residual[b]))
     return torch.tensor(out, dtype=torch.long)

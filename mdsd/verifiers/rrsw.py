@@ -8,10 +8,11 @@ import numpy as np
 import torch
 
 from mdsd.laws import WithoutReplacement
-from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, mass_outside, take
+from mdsd.sampling import block_size
+from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.ops import mass_outside, take
 
-__all__ = ["RRSw", "ENUMERATION_LIMIT"]
+__all__ = ["RRSwVerifier", "ENUMERATION_LIMIT"]
 
 ENUMERATION_LIMIT = 4_000_000  # k >= 3: exact enumeration while n * m (m - 1) ... (m - k + 2) <= this
 SHARED_ROWS = 16  # one pair [V] verified for more draft tuples than this: sort the pair once (_SortedPart)
@@ -74,7 +75,13 @@ def _acceptance_enumerated(p: np.ndarray, q: np.ndarray, k: int) -> float:
     return accepted
 
 
-class RRSw(Verifier):
+def _enumeration_size(q: np.ndarray, k: int) -> int:
+    """Entries the exact k >= 3 enumeration touches: n · m (m − 1) … (m − k + 2), m = support of q."""
+    m = int(np.count_nonzero(q, axis=-1).max())
+    return q.shape[-1] * math.prod(range(m - k + 2, m + 1))
+
+
+class RRSwVerifier(Verifier):
     r"""RRS for drafts drawn without replacement: after rejecting x_i, also remove x_i from the draft.
 
     p_1 = p, q_1 = q; accept x_i w.p. min(1, p_i(x_i)/q_i(x_i)); on rejection p_{i+1} = norm((p_i − q_i)+)
@@ -88,7 +95,9 @@ class RRSw(Verifier):
 
     The sampler carries p_i in closed form: on a rejection path p_i ∝ (p − λ_i q)+ with
     λ_1 = 0, λ_{i+1} = λ_i + Z_i / (1 − q(x_1) − … − q(x_i)), Z_i = Σ (p − λ_i q)+, so each draft costs
-    one O(V) reduction per row.
+    one O(V) reduction per row; the k − 1 masses 1 − q(x_1) − … − q(x_i) come from one exact sum over
+    the tokens outside the drafts plus the drafts' own q (no cancellation). A residual without mass
+    (reached only by rounding) is replaced by p.
 
     >>> from mdsd.verifiers import verifier
     >>> verifier("rrsw", 2).acceptance([0.5, 0.5, 0.0], [0.25, 0.25, 0.5])  # rejects 2, then accepts
@@ -97,7 +106,8 @@ class RRSw(Verifier):
 
     name = "rrsw"
 
-    def _law(self, k):
+    @classmethod
+    def _law(cls, k):
         return WithoutReplacement(k)
 
     def _acceptance(self, p, q):
@@ -105,66 +115,89 @@ class RRSw(Verifier):
             return float(np.minimum(p, q).sum())
         if self.k == 2:
             return _acceptance_k2(p, q)
-        m = int(np.count_nonzero(q))
-        size = p.size * math.prod(range(m - self.k + 2, m + 1))
-        if size > ENUMERATION_LIMIT:
-            raise ValueError(
-                f"exact RRSw acceptance for k={self.k} enumerates {size:.3g} > {ENUMERATION_LIMIT:.0e} "
-                "entries; estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
-            )
+        reason = self.exact_obstacle(q)
+        if reason is not None:
+            raise ValueError(reason)
         return _acceptance_enumerated(p, q, self.k)
 
-    def _check_drafts(self, q, drafts):
-        super()._check_drafts(q, drafts)
+    def exact_obstacle(self, q, limit=None):
+        if self.k <= 2:
+            return None
+        limit = ENUMERATION_LIMIT if limit is None else limit
+        size = _enumeration_size(np.asarray(q), self.k)
+        if size <= limit:
+            return None
+        return (
+            f"exact RRSw acceptance for k={self.k} enumerates {size:.3g} > {limit:.0e} entries; "
+            "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
+        )
+
+    def _check_law_drafts(self, q, drafts, rows):
         same = (drafts.unsqueeze(-1) == drafts.unsqueeze(-2)).sum((-1, -2))
-        if bool((same > self.k).any()):
+        if bool(((same > self.k) & rows).any()):
             raise ValueError("drafts without replacement must be distinct tokens")
 
-    def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
-        batch = drafts.shape[:-1]
+    def _verify(self, rows: Rows):
+        p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
         px, qx = take(p, drafts).double(), take(q, drafts).double()  # [*B, K]
         shared = p.ndim == 1 and drafts.ndim > 1 and drafts[..., 0].numel() > SHARED_ROWS
         part = _SortedPart(p, q) if shared else _DensePart(p, q)
-        lam = torch.zeros(batch, dtype=torch.float64, device=p.device)
-        mass = torch.ones_like(lam)  # Z_1 = Σ p
+        # rest_i = 1 − q(x_1) − … − q(x_{i−1}) = Σ_{y ∉ x_1..x_{k−1}} q(y) + q(x_i) + … + q(x_{k−1})
+        later = qx[..., : self.k - 1].flip(-1).cumsum(-1).flip(-1)  # [*B, K-1]
+        outside = mass_outside(q, drafts[..., : self.k - 1]).unsqueeze(-1)  # [*B, 1]
+        rest = torch.cat([later + outside, outside], dim=-1)  # [*B, K]
+        mass = torch.ones_like(rest[..., 0])  # Z_1 = Σ p
         accept = []
         for i in range(self.k):
-            rest = mass_outside(q, drafts[..., :i])  # 1 − q(x_1) − ... − q(x_{i-1})
-            scale = 1.0 / rest.clamp_min(torch.finfo(torch.float64).tiny)  # q_i = scale * q
-            # U < p_i(x)/q_i(x) with p_i = (p − λ q)+ / Z, q_i = scale q
-            accept.append(
-                u.accept[..., i] * scale * qx[..., i] * mass < (px[..., i] - lam * qx[..., i]).clamp_min(0)
-            )
-            lam = lam + mass * scale
+            # U < p_i(x)/q_i(x) with p_i = w_i / Z_i, q_i(x) = q(x) / rest_i <= 1
+            accept.append(u.accept[..., i] * (qx[..., i] / rest[..., i]) * mass < part.at(px, qx, i, drafts))
+            part.step(mass, rest[..., i])  # λ += Z_i / rest_i
             if i < self.k - 1:
-                mass = part.mass(lam)
+                mass = part.mass()
+                empty = mass <= 0  # reached only by rounding: p_{i+1} = p, as in the reference
+                part.reset(empty)
+                mass = torch.where(empty, 1.0, mass)
         accept = torch.stack(accept, dim=-1)  # [*B, K]
         first = accept.to(torch.uint8).argmax(-1, keepdim=True)
-        residual = part.draw(lam, u.residual)  # a draw of p_{k+1} ∝ (p − λ_{k+1} q)+
-        return torch.where(accept.any(-1), drafts.gather(-1, first)[..., 0], residual)
+        residual = part.draw(rows)  # a draw of p_{k+1} ∝ (p − λ_{k+1} q)+
+        return drafts.gather(-1, first)[..., 0], accept.any(-1), residual
 
 
 class _DensePart:
-    """(p − λ q)+ for rows p, q [*B, V] and one λ per row: O(V) per row."""
+    """w_i = (p − λ_i q)+ for rows p, q [*B, V], one λ per row, O(V) per row and step.
+
+    Updated as w_{i+1} = (w_i − Z_i q / rest_i)+, where q / rest_i <= 1 off the drafted tokens: λ itself
+    (up to 1/rest, beyond float32's range for a near-one-hot q) is never formed, so no overflow and
+    no ∞ · 0 even in float32.
+    """
 
     def __init__(self, p, q):
-        self.p, self.q = p, q
+        self.p, self.q, self.w = p, q, p  # w is p (not ours to modify) until the first step
 
-    def _weights(self, lam):  # [*B] -> [*B, V]
-        return (self.p - lam.to(self.p.dtype).unsqueeze(-1) * self.q).clamp_min_(0)
+    def at(self, px, qx, i, drafts):  # w_i(x_i) [*B] in float64
+        return take(self.w, drafts[..., i : i + 1])[..., 0].double()
 
-    def mass(self, lam):
-        return self._weights(lam).sum(-1, dtype=torch.float64)
+    def step(self, mass, rest):
+        divisor = (-rest / mass).to(self.q.dtype).unsqueeze(-1)
+        if self.w is self.p:
+            self.w = torch.addcdiv(self.p, self.q, divisor).clamp_min_(0)
+        else:
+            self.w.addcdiv_(self.q, divisor).clamp_min_(0)
 
-    def draw(self, lam, u):
-        w = self._weights(lam)
-        return inverse_cdf(w, u, self.p.expand_as(w))
+    def mass(self):
+        return self.w.sum(-1).to(torch.float64)
+
+    def reset(self, empty):  # w = p on the rows whose residual has no mass
+        self.w.lerp_(self.p, empty.to(self.p.dtype).unsqueeze(-1))
+
+    def draw(self, rows: Rows):
+        return rows.draw(self.w)
 
 
 class _SortedPart:
     """(p − λ q)+ for ONE pair p, q [V] and many λ (simulate): O(√V log V) per row instead of O(V).
 
-    Tokens are cut into the ⌈√V⌉-long blocks of :func:`~mdsd.verifiers.ops.inverse_cdf`; inside each
+    Tokens are cut into the ⌈√V⌉-long blocks of :func:`~mdsd.sampling.inverse_cdf`; inside each
     block they are sorted once by p/q, with prefix sums P, Q in that order. A block's mass at λ is
     P[m] − λ Q[m], m = #{p/q > λ} in the block (a ``searchsorted``). The draw inverts the CDF in token
     order like ``inverse_cdf``: the block from the block masses, then the token inside that block.
@@ -172,8 +205,9 @@ class _SortedPart:
 
     def __init__(self, p, q):
         self.p, self.q = p, q
+        self.lam = torch.zeros((), dtype=torch.float64, device=p.device)
         n = p.shape[-1]
-        self.size = size = math.isqrt(n - 1) + 1
+        self.size = size = block_size(n)
         pad = -n % size
         self.pb = torch.nn.functional.pad(p, (0, pad)).reshape(-1, size).double()  # [NB, size]
         self.qb = torch.nn.functional.pad(q, (0, pad)).reshape(-1, size).double()
@@ -189,10 +223,20 @@ class _SortedPart:
         m = torch.searchsorted(self.neg_ratio, neg, side="left")  # #{p/q > λ} per block
         return (self.pc.gather(-1, m) - lam * self.qc.gather(-1, m)).clamp_min(0).T
 
-    def mass(self, lam):
-        return self._block_mass(lam).sum(-1)
+    def at(self, px, qx, i, drafts):  # (p(x_i) − λ q(x_i))+ [N]
+        return (px[..., i] - self.lam * qx[..., i]).clamp_min(0)
 
-    def draw(self, lam, u):
+    def step(self, mass, rest):
+        self.lam = (self.lam + mass / rest).clamp_max(torch.finfo(torch.float64).max)
+
+    def mass(self):
+        return self._block_mass(self.lam).sum(-1)
+
+    def reset(self, empty):
+        self.lam = torch.where(empty, 0.0, self.lam)
+
+    def draw(self, rows: Rows):
+        lam, u = self.lam, rows.u.residual
         block_mass = self._block_mass(lam)  # [N, NB]
         block_cdf = block_mass.cumsum(-1)
         target = u * block_cdf[..., -1]
@@ -202,5 +246,7 @@ class _SortedPart:
         w = (self.pb[j] - lam.unsqueeze(-1) * self.qb[j]).clamp_min(0)  # [N, size], in token order
         inner = torch.searchsorted(w.cumsum(-1), (target - before).unsqueeze(-1), right=True).squeeze(-1)
         inner = torch.minimum(inner, (w.shape[-1] - 1) - (w > 0).flip(-1).to(torch.uint8).argmax(-1))
-        fallback = inverse_cdf(self.p, u, self.p)  # Σ (p − λ q)+ = 0: a zero-probability branch
-        return torch.where(block_cdf[..., -1] > 0, j * self.size + inner, fallback)
+        empty = block_cdf[..., -1] == 0  # Σ (p − λ q)+ = 0: a branch reached only by rounding
+        if rows.degenerate is not None:
+            empty = empty | rows.degenerate
+        return torch.where(empty, rows.draw_p(), j * self.size + inner)

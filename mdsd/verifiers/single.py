@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from mdsd.laws import IID
-from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, take
+from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.ops import take
 
-__all__ = ["SingleDraft"]
+__all__ = ["SingleDraftVerifier"]
 
 
-class SingleDraft(Verifier):
+class SingleDraftVerifier(Verifier):
     r"""Accept the draft x ~ q with probability min(1, p(x)/q(x)), else emit a draw of norm((p − q)+).
 
     .. math:: \alpha = \sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)
@@ -25,19 +24,16 @@ class SingleDraft(Verifier):
     """
 
     name = "single"
+    supported_k = frozenset({1})
 
-    def _check_k(self, k):
-        if k != 1:
-            raise ValueError(f"the single-draft verifier needs k = 1, got k = {k}")
-
-    def _law(self, k):
+    @classmethod
+    def _law(cls, k):
         return IID(k)
 
     def _acceptance(self, p, q):
         return float(np.minimum(p, q).sum())
 
-    def _verify(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
-        x = drafts[..., 0]  # [*B]
-        accept = u.accept[..., 0] * take(q, drafts)[..., 0] < take(p, drafts)[..., 0]  # U < p(x)/q(x)
-        residual = inverse_cdf((p - q).clamp_min(0), u.residual, p)
-        return torch.where(accept, x, residual)
+    def _verify(self, rows: Rows):
+        p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
+        accepted = u.accept[..., 0] * take(q, drafts)[..., 0] < take(p, drafts)[..., 0]  # U < p(x)/q(x)
+        return drafts[..., 0], accepted, rows.draw((p - q).clamp_min_(0))

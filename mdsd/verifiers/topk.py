@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import torch
+
 from mdsd.laws import TopK
-from mdsd.verifiers.base import Verifier
-from mdsd.verifiers.ops import Uniforms, inverse_cdf, top_tokens
+from mdsd.sampling import top_k
+from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.ops import top_tokens
 
 __all__ = ["TopKVerifier"]
 
@@ -14,6 +17,8 @@ class TopKVerifier(Verifier):
 
     .. math:: \alpha = p(T)
 
+    This is also the rule every verifier applies on degenerate rows (:mod:`mdsd.verifiers.base`).
+
     >>> from mdsd.verifiers import verifier
     >>> verifier("topk", 1).acceptance([0.25, 0.75], [0.5, 0.5])
     0.25
@@ -21,14 +26,18 @@ class TopKVerifier(Verifier):
 
     name = "topk"
 
-    def _law(self, k):
+    @classmethod
+    def _law(cls, k):
         return TopK(k)
 
     def _acceptance(self, p, q):
         return float(p[top_tokens(q, self.k)].sum())
 
     def _check_drafts(self, q, drafts):
-        """Top-k drafts may include tokens with q = 0 (when q has fewer than k positive entries)."""
+        """Top-k drafts are the k most likely tokens of q (some with q = 0 if q has fewer positive)."""
+        if not bool((drafts == top_k(q, self.k).expand_as(drafts)).all()):
+            raise ValueError(f"top-k drafts must be the {self.k} most likely tokens of q (ties: lower index)")
 
-    def _verify(self, p, q, drafts, u: Uniforms):
-        return inverse_cdf(p, u.residual, p)
+    def _verify(self, rows: Rows):
+        residual = rows.draw_p()
+        return residual, torch.zeros_like(residual, dtype=torch.bool), residual

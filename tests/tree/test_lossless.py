@@ -18,6 +18,7 @@ from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.tree.adaptive import DepthPolicy
+from mdsd.verifiers import supports
 
 ALPHA = 1e-3
 DECODES = 10_000  # per prompt
@@ -25,11 +26,12 @@ PROMPTS = ([3, 1, 4], [7])
 
 
 def _tree(name):
-    if name == "single":
-        return Tree.chain(2)
-    if name == "spechub":
+    """The widest small tree the verifier supports (nodes with one child use the single-draft rule)."""
+    if supports(name, 3):
+        return Tree((0, 0, 0, 1, 1, 2))  # root: three children; node 1: two; node 2: one
+    if supports(name, 2):
         return Tree((0, 0, 1, 1, 2))  # root and node 1: two children; node 2: one
-    return Tree((0, 0, 0, 1, 1, 2))  # root: three children; node 1: two; node 2: one
+    return Tree.chain(2)
 
 
 @torch.no_grad()

@@ -74,3 +74,41 @@ def test_bad_input_exits_with_status_2(tmp_path, capsys):
         main(["acceptance", "--p", str(tmp_path / "ok.json"), "--q", str(tmp_path / "ok.json"), "--k", "0"])
         == 2
     )
+
+
+def test_k_beyond_the_vocabulary_skips_only_those_verifiers(tmp_path, capsys):
+    """Regression (issue 12 §6): `mdsd acceptance --k 5` at n = 4 aborted because one law needs 5
+    distinct tokens; now the rows that apply are reported and the others listed with the reason."""
+    p, q = tmp_path / "p.json", tmp_path / "q.json"
+    p.write_text(json.dumps([0.1, 0.2, 0.3, 0.4]))
+    q.write_text(json.dumps([0.4, 0.3, 0.2, 0.1]))
+    args = ["acceptance", "--p", str(p), "--q", str(q), "--k", "5"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["verifier"], r["k"]) for r in out["rows"]] == [
+        ("single", 1),
+        ("rrs", 5),
+        ("kseq", 5),
+        ("spechub", 2),
+    ]
+    assert [s["verifier"] for s in out["skipped"]] == ["rrsw", "greedy", "topk"]
+    assert all("needs at least 5" in s["reason"] and s["k"] == 5 for s in out["skipped"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "skipped: rrsw (k = 5): q has 4 tokens" in text and text.count("skipped:") == 3
+
+
+def test_degenerate_q_gets_the_top_k_rule_and_no_optimum(tmp_path, capsys):
+    """A one-hot q: laws needing two positive tokens cannot draw, the verifiers use the top-k rule
+    (acceptance p(top-k)) and the optimum is reported as not available, with the solver's reason."""
+    p, q = tmp_path / "p.json", tmp_path / "q.json"
+    p.write_text(json.dumps([0.1, 0.2, 0.3, 0.4]))
+    q.write_text(json.dumps([0.0, 0.0, 1.0, 0.0]))
+    assert main(["acceptance", "--p", str(p), "--q", str(q), "--json"]) == 0
+    rows = {r["verifier"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for name in ("rrsw", "spechub", "greedy"):
+        assert rows[name]["acceptance"] == pytest.approx(0.3 + 0.1) and rows[name]["optimum"] is None
+        assert "needs at least 2" in rows[name]["optimum_note"]
+    assert rows["rrs"]["optimum"] == pytest.approx(rows["rrs"]["acceptance"] + rows["rrs"]["gap"])
+    assert main(["acceptance", "--p", str(p), "--q", str(q)]) == 0
+    assert "(optimum: q has 1 tokens with positive probability" in capsys.readouterr().out

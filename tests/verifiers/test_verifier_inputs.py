@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import mdsd
+from mdsd.verifiers import verifier_class
 from mdsd.verifiers.rrsw import ENUMERATION_LIMIT, _acceptance_enumerated, _acceptance_k2
 
 P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
@@ -16,9 +17,23 @@ P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
 
 def test_registry():
     assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk")
-    for name in mdsd.VERIFIERS:
-        v = mdsd.verifier(name, 1 if name == "single" else 2)
-        assert isinstance(v, mdsd.Verifier) and v.name == name and v.law.k == v.k
+    classes = [verifier_class(name) for name in mdsd.VERIFIERS]
+    assert [cls.__name__ for cls in classes] == [
+        "SingleDraftVerifier",
+        "RRSVerifier",
+        "RRSwVerifier",
+        "KSeqVerifier",
+        "SpecHubVerifier",
+        "GreedyVerifier",
+        "TopKVerifier",
+    ]
+    assert [cls.supported_k for cls in classes] == [{1}, None, None, None, {2}, None, None]
+    assert not set(mdsd.verifiers.__all__) & set(mdsd.laws.__all__)  # mdsd.Greedy is a law, not a verifier
+    for name, cls in zip(mdsd.VERIFIERS, classes, strict=True):
+        ks = [k for k in range(1, 6) if cls.supports_k(k)]
+        assert ks == sorted(cls.supported_k or range(1, 6))
+        v = mdsd.verifier(name, ks[0])
+        assert isinstance(v, cls) and v.name == name and v.law.k == v.k
     assert [mdsd.verifier(n, 2).law.name for n in ("rrs", "rrsw", "kseq", "spechub", "greedy", "topk")] == [
         "iid",
         "without_replacement",
@@ -40,12 +55,24 @@ def test_k_out_of_range(name, k):
 
 
 @pytest.mark.parametrize("name", ["rrsw", "greedy", "spechub"])
-def test_k_infeasible_for_q(name):
+def test_one_hot_q_follows_the_degenerate_rule(name):
+    """Regression (issue 12 §2): a one-hot q used to raise "needs at least 2"; now its drafts are its
+    top-2 and the acceptance is p(top-2). Only a vocabulary too small for k drafts is refused."""
     v = mdsd.verifier(name, 2)
+    q = [0.0, 0.0, 1.0, 0.0]
+    assert v.acceptance(P, q) == P[2] + P[0]
+    assert v.draft(torch.tensor(q)).tolist() == [2, 0]
+    assert v.draft(torch.tensor([q, Q], dtype=torch.float32), torch.Generator().manual_seed(0))[
+        0
+    ].tolist() == [2, 0]
     with pytest.raises(ValueError, match="needs at least 2"):
-        v.acceptance(P, [1.0, 0.0, 0.0, 0.0])
+        mdsd.optimal_acceptance(P, q, v.law)  # the OTM solvers still refuse such a q for the law
     with pytest.raises(ValueError, match="needs at least 2"):
-        v.draft(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+        v.acceptance([1.0], [1.0])
+    with pytest.raises(ValueError, match="needs at least 2"):
+        v.draft(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="top-2"):
+        v.verify(torch.tensor(P), torch.tensor(q), torch.tensor([2, 1]))  # not the top-2 of q
 
 
 @pytest.mark.parametrize(
@@ -137,13 +164,13 @@ def test_estimate_interval_covers_the_exact_value():
 
 @pytest.mark.parametrize(("name", "k"), [("rrs", 2), ("rrsw", 2), ("rrsw", 3), ("spechub", 2), ("greedy", 3)])
 def test_simulate_drafts_follow_the_law(name, k):
-    """simulate()'s one-pair draft samplers against the law's exact joint (G-test, α = 1e-3)."""
+    """The one-pair draft samplers of simulate() against the law's exact joint (G-test, α = 1e-3)."""
     from scipy.stats import chi2
 
     v = mdsd.verifier(name, k)
     q = np.array([0.05, 0.0, 0.4, 0.25, 0.1, 0.2])
     joint = v.law.joint(q)
-    drafts = v._repeat_drafts(torch.tensor(q), 100_000, torch.Generator().manual_seed(k))
+    drafts = v.law._sample(torch.tensor(q), torch.Generator().manual_seed(k), (100_000,))
     seen = Counter(map(tuple, drafts.tolist()))
     assert set(seen) <= set(joint)
     obs = np.array([seen.get(x, 0) for x in joint], dtype=float)

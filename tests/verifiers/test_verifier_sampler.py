@@ -100,11 +100,14 @@ def test_low_precision_near_one_hot_inputs(name, k, dtype):
 
 
 def test_internal_quantities_stay_finite_for_one_hot_rows():
-    p = torch.eye(6)[[0, 1, 2]]
-    q = torch.tensor([[1.0, 0, 0, 0, 0, 0], [1 - 1e-7, 1e-7, 0, 0, 0, 0], [0.5, 0.5, 0, 0, 0, 0]])
+    """Near-one-hot rows, float32 included: 1 − q_a down to a subnormal 1e-40 must not overflow."""
+    p = torch.eye(6)[[0, 1, 2, 3]]
+    q = torch.tensor(
+        [[1.0, 0, 0, 0, 0, 0], [1 - 1e-7, 1e-7, 0, 0, 0, 0], [0.5, 0.5, 0, 0, 0, 0], [1.0, 1e-40, 0, 0, 0, 0]]
+    )
     rho, beta, pacc = kseq_rho(p, q, 3)
     assert torch.isfinite(rho).all() and torch.isfinite(beta).all() and torch.isfinite(pacc).all()
-    for value in spechub_terms(p, q).values():
+    for value in spechub_terms(p[1:], q[1:], torch.zeros(3, dtype=torch.long)).values():
         assert torch.isfinite(value.double()).all()
 
 

@@ -14,7 +14,8 @@ import torch
 from scipy.stats import chi2
 
 import mdsd
-from mdsd.verifiers.rrs import RRS
+from mdsd.verifiers import RRSVerifier
+from mdsd.verifiers.ops import take
 
 ALPHA = 1e-3
 SAMPLES = 200_000
@@ -72,23 +73,23 @@ def test_output_law_and_acceptance(name, k, n):
     assert ok, f"{name} k={k} n={n}: {message}"
 
 
-class AcceptEveryDraft(RRS):
+class AcceptEveryDraft(RRSVerifier):
     """Deliberately wrong: always emits the first draft (claims RRS's acceptance)."""
 
-    def _verify(self, p, q, drafts, u):
-        return drafts[..., 0]
+    def _verify(self, rows):
+        x = rows.drafts[..., 0]
+        return x, torch.ones_like(x, dtype=torch.bool), x
 
 
-class SkipResidualRenormalisation(RRS):
+class SkipResidualRenormalisation(RRSVerifier):
     """Deliberately wrong, subtly: after a rejection it keeps testing against p instead of p_{i+1}."""
 
-    def _verify(self, p, q, drafts, u):
-        accept = u.accept * torch.gather(q.expand(*drafts.shape[:-1], -1), -1, drafts) < torch.gather(
-            p.expand(*drafts.shape[:-1], -1), -1, drafts
-        )
-        residual = super()._verify(p, q, drafts, u)
+    def _verify(self, rows):
+        drafts = rows.drafts
+        accept = rows.u.accept * take(rows.q, drafts) < take(rows.p, drafts)
+        _, _, residual = super()._verify(rows)
         first = accept.int().argmax(-1, keepdim=True)
-        return torch.where(accept.any(-1), drafts.gather(-1, first)[..., 0], residual)
+        return drafts.gather(-1, first)[..., 0], accept.any(-1), residual
 
 
 @pytest.mark.parametrize("n", [16, 1000])

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mdsd.verifiers import VERIFIERS
+from mdsd.verifiers import VERIFIERS, supports
 
 # every verifier at every k it supports, up to 3
-GRID = [
-    (name, k)
-    for name in VERIFIERS
-    for k in (1, 2, 3)
-    if (name != "single" or k == 1) and (name != "spechub" or k == 2)
-]
+GRID = [(name, k) for name in VERIFIERS for k in (1, 2, 3) if supports(name, k)]
 
 
 def _dirichlet(rng, n, alpha):

@@ -3,7 +3,9 @@
 For one pair (p, q) it walks every draft tuple x̄ of the law's exact joint (``law.joint(q)``) and every
 accept/reject branch of the verifier, in float64, and returns the law of the emitted token Y and the
 acceptance P(Y ∈ set(x̄)). The branch rules are written from MATH.md §3 directly, with explicit
-renormalisations; K-SEQ's ρ* comes from Brent's method, not the package's bisection.
+renormalisations; K-SEQ's ρ* comes from Brent's method, not the package's grid search. A degenerate q
+(fewer positive tokens than the law needs) follows the degenerate rule: drafts = the top-k of q, output
+y ~ p, accepted iff y is one of them.
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ RULES = {
 
 def output_law(v, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
     """(law of Y [n], P(Y ∈ set(x̄))) for verifier ``v`` on the pair (p, q), by exhaustive enumeration."""
+    if np.count_nonzero(q) < v.law.min_support():  # degenerate: the deterministic top-k, y ~ p
+        return p.copy(), float(p[ranked(q)[: v.k]].sum())
     rule = RULES[v.name]
     law, accepted = np.zeros(p.size), 0.0
     for xs, weight in v.law.joint(q).items():
