@@ -220,7 +220,7 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
         else:
             q = logp.exp().masked_fill_(taken, 0.0)  # q restricted to V ∖ D, renormalised by what remains
             q = q / q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
-            drafts = verifiers[g.k].draft(q, generator)  # [B, M, k]
+            drafts = verifiers[g.k].draft_unchecked(q, generator)  # [B, M, k]
         drawn = children[..., g.fixed :].reshape(B, -1)
         tokens.scatter_(1, drawn, drafts.reshape(B, -1))
         step = logp.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # log q(child)

@@ -149,6 +149,33 @@ def test_bad_input(pair):
         dec.generate(torch.tensor([[1.0, 2.0]]), 5)
 
 
+def test_greedy_needs_no_verifier_but_checks_its_name(pair):
+    target, draft = pair
+    x = torch.tensor([[1, 2, 3]])
+    dec = TreeDecoder(target, draft, Tree.kary([3]), verifier="spechub", temperature=0)  # SpecHub: k = 2 only
+    assert torch.equal(dec.generate(x, 6).tokens, _reference(target, x, 6))
+    for tree in (Tree.chain(3), Tree.kary([3])):
+        with pytest.raises(ValueError, match="unknown verifier 'nonsense'"):
+            TreeDecoder(target, draft, tree, verifier="nonsense", temperature=0)
+
+
+class _AcceleratorGenerator(torch.Generator):
+    """A CPU generator that claims to live on an accelerator (this machine has none)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+def test_a_generator_on_another_device_is_refused(pair):
+    target, draft = pair
+    dec = TreeDecoder(target, draft, Tree.kary([2]), verifier="rrs", temperature=1.0)
+    with pytest.raises(ValueError, match="generator is on cuda:0 but the models are on cpu"):
+        dec.generate(torch.tensor([[1, 2]]), 4, _AcceleratorGenerator())
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        dec.generate(torch.tensor([[1, 2]]), 4, 0)
+
+
 @pytest.mark.parametrize("who", ["target", "draft"])
 @pytest.mark.parametrize("temperature", [0, 0.8])
 def test_nan_logits_fail_loudly(who, temperature):

@@ -43,9 +43,9 @@ def _exact_law(target, prompt, temperature):
     return torch.softmax(first / temperature, -1)[:, None] * torch.softmax(seconds / temperature, -1)
 
 
-def _p_values(dec, target, temperature, seed):
+def _p_values(dec, target, temperature, seed, decodes=DECODES):
     """Per prompt: the chi-square p-value of (t1, t2) and the mean number of drafts accepted at step 1."""
-    batch = [PROMPTS[i % 2] for i in range(2 * DECODES)]  # interleaved: a ragged batch
+    batch = [PROMPTS[i % 2] for i in range(2 * decodes)]  # interleaved: a ragged batch
     outs = dec.generate_batch(batch, 2, torch.Generator().manual_seed(seed))
     results = []
     for i, prompt in enumerate(PROMPTS):
@@ -53,7 +53,7 @@ def _p_values(dec, target, temperature, seed):
         V = law.shape[0]
         pairs = np.array([out.tokens.tolist() for out in outs[i::2]])  # [DECODES, 2]
         counts = np.bincount(pairs[:, 0] * V + pairs[:, 1], minlength=V * V).astype(float)
-        expected = law.numpy().ravel() * DECODES
+        expected = law.numpy().ravel() * decodes
         small = expected < 5
         obs, exp = counts[~small], expected[~small]
         if small.any():
@@ -71,6 +71,26 @@ def test_first_two_tokens_follow_the_target_law(pair, name, temperature):
     dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=temperature)
     for p_value, accepted in _p_values(dec, target, temperature, seed=17):
         assert accepted > 0.2  # drafts are accepted often, so multi-token steps are exercised
+        assert p_value > ALPHA
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 0.05, 0.1, 0.3])
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_low_temperatures_follow_the_target_law(pair, name, temperature):
+    """float32 softmax rows that are one-hot or nearly so, for p and q alike (degenerate drafting)."""
+    target, draft = pair
+    dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=temperature)
+    for p_value, _ in _p_values(dec, target, temperature, seed=41, decodes=3000):
+        assert p_value > ALPHA
+
+
+@pytest.mark.parametrize("name", [n for n in VERIFIERS if n != "single"])
+def test_dynamic_trees_at_low_temperature_follow_the_target_law(pair, name):
+    target, draft = pair
+    dec = TreeDecoder(
+        target, draft, DynamicTree(depth=3, k=2, expand=2, budget=4), verifier=name, temperature=0.05
+    )
+    for p_value, _ in _p_values(dec, target, 0.05, seed=43, decodes=3000):
         assert p_value > ALPHA
 
 
@@ -172,11 +192,11 @@ class _ResampleFromP:
     def __init__(self, inner):
         self.inner = inner
 
-    def draft(self, q, generator):
-        return self.inner.draft(q, generator)
+    def draft_unchecked(self, q, generator):
+        return self.inner.draft_unchecked(q, generator)
 
-    def verify(self, p, q, drafts, generator):
-        tokens, index = self.inner.verify(p, q, drafts, generator)
+    def verify_unchecked(self, p, q, drafts, generator):
+        tokens, index = self.inner.verify_unchecked(p, q, drafts, generator)
         fresh = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=generator).reshape(index.shape)
         return torch.where(index < 0, fresh, tokens), index
 

@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 import mdsd
 from mdsd import DynamicTree, Tree, TreeDecoder
+from mdsd.verifiers import supports
 
 MAX_SYNCS_PER_STEP = 4
 _SYNCING = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero")
@@ -48,9 +49,17 @@ def count_syncs(counter):
 
 
 def _trees(name):
-    if name == "spechub":
-        return [Tree.kary([2, 2]), Tree((0, 0, 1, 1, 2))]
-    return [Tree.chain(3), Tree.kary([2, 2, 2]), Tree((0, 0, 0, 1, 1, 2)), DynamicTree(3, 2, 2, budget=5)]
+    """Every tree shape the verifier can verify: a chain, binary, mixed widths, a dynamic tree."""
+    wide = [
+        Tree.kary([2, 2, 2]),
+        Tree((0, 0, 1, 1, 2)),
+        Tree((0, 0, 0, 1, 1, 2)),
+        DynamicTree(3, 2, 2, budget=5),
+    ]
+    widths = [{2}, {2}, {2, 3}, {2}]
+    return [Tree.chain(3)] * supports(name, 1) + [
+        tree for tree, ks in zip(wide, widths, strict=True) if all(supports(name, k) for k in ks)
+    ]
 
 
 @pytest.fixture(scope="module")
