@@ -5,6 +5,7 @@ The only subpackage of mdsd that imports transformers (lazily, inside the functi
 
 from mdsd.hf.fetch import PAIRS, ModelPair, SplitModel, convert_gguf, fetch, is_fetched, join_parts, model_dir
 from mdsd.hf.load import load_model, load_pair, load_tokenizer, pair_paths
+from mdsd.hf.sequence import read_sequence_pair
 
 __all__ = [
     "PAIRS",
@@ -19,4 +20,5 @@ __all__ = [
     "load_pair",
     "load_tokenizer",
     "pair_paths",
+    "read_sequence_pair",
 ]

@@ -106,8 +106,9 @@ def _verify(
     px = p[:, :L].gather(-1, index)[..., 0].double()  # p_{i-1}(X_i) [B, L]
     qx = q.gather(-1, index)[..., 0].double()  # q_{i-1}(X_i) [B, L]
     w = [torch.ones(B, dtype=torch.float64, device=p.device)]
-    for i in range(L):
-        w.append(torch.clamp(w[-1] * px[:, i] / qx[:, i], max=1.0))
+    for i in range(L):  # w_i = min(1, w_{i-1} p/q), without overflowing for tiny q
+        num = w[-1] * px[:, i]
+        w.append(torch.where(num >= qx[:, i], 1.0, num / qx[:, i]))
     weights = torch.stack(w, dim=-1)  # w_0..w_L [B, L + 1]
     diff = weights[:, 1:L, None].to(p.dtype) * p[:, 1:L] - q[:, 1:L]  # [B, L - 1, V]
     num = diff.clamp_min(0).sum(-1, dtype=torch.float64)
@@ -137,7 +138,8 @@ def chain_decisions(
     L = len(tokens)
     w = [1.0]
     for i, x in enumerate(tokens):
-        w.append(min(1.0, w[-1] * p_rows[i, x] / q_rows[i, x]))
+        num = w[-1] * p_rows[i, x]
+        w.append(1.0 if num >= q_rows[i, x] else num / q_rows[i, x])
     tests, residual = [None] * (L + 1), np.empty((L + 1, p_rows.shape[1]))
     for i in range(L):
         diff = w[i] * p_rows[i] - q_rows[i]

@@ -79,13 +79,13 @@ def enumerate_drafts(
     tree: Tree,
     laws: dict[int, DraftLaw],
     context: tuple[int, ...] = (),
-    max_trees: int = MAX_TREES,
+    max_trees: int | None = None,
 ) -> list[tuple[tuple[int, ...], float]]:
     """Every drafted tree with positive probability: [(node tokens (nodes 1..size), D(T))].
 
     Internal nodes are expanded in breadth-first order (a parent before its children), each joint
-    law computed once per path. Raises ``ValueError`` as soon as more than ``max_trees`` partial trees
-    exist.
+    law computed once per path. Raises ``ValueError`` as soon as more than ``max_trees`` (default
+    :data:`MAX_TREES`) partial trees exist.
 
     >>> from mdsd.sequence.models import SequenceModel
     >>> q = SequenceModel.context_free([0.5, 0.5])
@@ -93,6 +93,7 @@ def enumerate_drafts(
     [((0, 0), 0.25), ((0, 1), 0.25)]
     """
     size = tree.size
+    max_trees = MAX_TREES if max_trees is None else max_trees
     joints: dict[tuple[DraftLaw, tuple[int, ...]], list[tuple[tuple[int, ...], float]]] = {}
     # partial trees: (token of each node, token path of each node, probability); None = not drawn yet
     partial = [([None] * (size + 1), [()] + [None] * size, 1.0)]

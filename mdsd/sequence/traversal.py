@@ -191,9 +191,10 @@ def _verify(p, q, tree, tokens, wor, u: Uniforms):
             break  # every row still alive accepts the root
         b, i = int(tree.parent[a]), int(row[tree.parent[a]])
         x = tokens[:, a : a + 1]  # [B, 1]
-        if starts:  # w_α = min(1, w_β P_β(x_α) / Q_β(x_α))
-            ratio = w[:, b] * target[:, i].gather(-1, x)[:, 0].double()
-            w[:, a] = torch.clamp(ratio / draft[:, i].gather(-1, x)[:, 0].double(), max=1.0)
+        if starts:  # w_α = min(1, w_β P_β(x_α) / Q_β(x_α)), without overflowing for tiny Q_β(x_α)
+            num = w[:, b] * target[:, i].gather(-1, x)[:, 0].double()
+            den = draft[:, i].gather(-1, x)[:, 0].double()
+            w[:, a] = torch.where(num >= den, 1.0, num / den)
             continue
         take = alive & (u.accept[:, a] < w[:, a])
         accepted = torch.where(take, a, accepted)
@@ -243,7 +244,8 @@ def traversal_tests(
             break
         b, x = int(tree.parent[a]), tokens[a]
         if starts:
-            w[a] = min(1.0, w[b] * P[b][x] / Q[b][x])
+            num = w[b] * P[b][x]
+            w[a] = 1.0 if num >= Q[b][x] else num / Q[b][x]
             continue
         out.append((a, w[a], P[a]))
         diff = w[b] * P[b] - Q[b]
