@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from mdsd.sequence._highs import solve_sparse_lp
+from mdsd.highs import solve_sparse_lp
 
 CERTIFIED_GAP = 1e-7  # "optimal" needs bound − value and the primal residual below this
+# HiGHS drops matrix entries below small_matrix_value (default 1e-9; 1e-12 is its floor): conditionals
+# p(t | u) below it become 0, moving the optimum by at most about n · 1e-12 per row
+_OPTIONS = {"small_matrix_value": 1e-12}
 
 
 @dataclass
@@ -83,7 +86,7 @@ def solve(program: Program) -> Solved:
     shape = (program.num_rows, program.num_columns)
     A = sparse.csc_matrix((program.vals, (program.rows, program.cols)), shape=shape)
     b, c, ub = np.array(program.b), np.array(program.c), np.array(program.ub)
-    out = solve_sparse_lp(c, A, b, b, np.zeros(c.size), ub, maximize=True)
+    out = solve_sparse_lp(c, A, b, b, np.zeros(c.size), ub, maximize=True, options=_OPTIONS)
     x = np.clip(out.x, 0.0, ub)
     y = out.row_dual
     reduced = c - A.T @ y
