@@ -18,7 +18,7 @@ float64 from MATH.md §3 (the rules the batched samplers of :mod:`mdsd.verifiers
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 import torch
@@ -72,8 +72,15 @@ def _rrsw(p, q, xs):
     return _rrs(p, q, xs, without_replacement=True)
 
 
+@lru_cache(maxsize=4096)
+def _kseq_terms(p: bytes, q: bytes, k: int) -> tuple[float, float, float]:
+    """ρ, β, p_acc of K-SEQ for one pair (as float64 bytes), by the package's bisection (the sampler's)."""
+    pt, qt = (torch.from_numpy(np.frombuffer(b, dtype=np.float64).copy()) for b in (p, q))
+    return tuple(float(t) for t in kseq_rho(pt, qt, k))
+
+
 def _kseq(p, q, xs):
-    rho, beta, pacc = (float(t) for t in kseq_rho(torch.from_numpy(p), torch.from_numpy(q), len(xs)))
+    rho, beta, pacc = _kseq_terms(p.tobytes(), q.tobytes(), len(xs))
     out, alive = np.zeros(p.size), 1.0
     for x in xs:
         a = _ratio(p[x], rho * q[x])

@@ -177,18 +177,20 @@ def traversal_verify_with(
     return _verify(pt, qt, tree, tt, wor, uniforms)
 
 
-def _verify(p, q, tree, tokens, wor, u: Uniforms):
+def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
+    """Run the traversal on every row as if every test failed, calling ``visit(α, w_α [B])`` at each test
+    (the root last); return the final P_β of the internal nodes [B, M, V]. A node's own P is never
+    changed after its test, so the P of the node a row accepts can be read at the end."""
     B, N, _ = p.shape
     row = _internal_rows(tree)
     target = p[:, row >= 0].clone()  # P_β of the internal nodes [B, M, V]
     draft = q.clone()  # Q_β [B, M, V]
     w = torch.zeros(B, N, dtype=torch.float64, device=p.device)
     w[:, 0] = 1.0
-    alive = torch.ones(B, dtype=torch.bool, device=p.device)
-    accepted = torch.zeros(B, dtype=torch.long, device=p.device)
     for starts, a in _events(tree):
         if a == 0:
-            break  # every row still alive accepts the root
+            visit(0, w[:, 0])
+            break
         b, i = int(tree.parent[a]), int(row[tree.parent[a]])
         x = tokens[:, a : a + 1]  # [B, 1]
         if starts:  # w_α = min(1, w_β P_β(x_α) / Q_β(x_α)), without overflowing for tiny Q_β(x_α)
@@ -196,27 +198,37 @@ def _verify(p, q, tree, tokens, wor, u: Uniforms):
             den = draft[:, i].gather(-1, x)[:, 0].double()
             w[:, a] = torch.where(num >= den, 1.0, num / den)
             continue
-        take = alive & (u.accept[:, a] < w[:, a])
-        accepted = torch.where(take, a, accepted)
-        alive = alive & ~take
+        visit(a, w[:, a])
         # delete α: P_β <- norm((w_β P_β − Q_β)+), w_β <- S / Σ(Q_β − w_β P_β)+, Q_β loses x_α
         diff = w[:, b, None].to(p.dtype) * target[:, i] - draft[:, i]  # [B, V]
         gain = diff.clamp_min(0)
         num = gain.sum(-1, dtype=torch.float64)
         den = (-diff).clamp_min(0).sum(-1, dtype=torch.float64)
-        keep = alive[:, None]
-        new_target = torch.where(
-            (num > 0)[:, None], gain / num.clamp_min(1e-300)[:, None].to(p.dtype), target[:, i]
-        )
-        target[:, i] = torch.where(keep, new_target, target[:, i])
-        w[:, b] = torch.where(alive, torch.where(den > 0, num / den.clamp_min(1e-300), 1.0), w[:, b])
+        scaled = (gain.double() / num.clamp_min(1e-300)[:, None]).to(p.dtype)
+        target[:, i] = torch.where((num > 0)[:, None], scaled, target[:, i])
+        w[:, b] = torch.where(den > 0, num / den.clamp_min(1e-300), 1.0)
         if wor:
             removed = draft[:, i].scatter(-1, x, 0.0)
             mass = removed.sum(-1, keepdim=True, dtype=torch.float64)
-            removed = torch.where(mass > 0, removed / mass.clamp_min(1e-300).to(p.dtype), removed)
-            draft[:, i] = torch.where(keep, removed, draft[:, i])
+            scaled = (removed.double() / mass.clamp_min(1e-300)).to(p.dtype)
+            draft[:, i] = torch.where(mass > 0, scaled, removed)
+    return target
+
+
+def _verify(p, q, tree, tokens, wor, u: Uniforms):
+    B = p.shape[0]
+    alive = torch.ones(B, dtype=torch.bool, device=p.device)
+    accepted = torch.zeros(B, dtype=torch.long, device=p.device)
+
+    def visit(a, w):
+        nonlocal alive, accepted
+        take = alive & (u.accept[:, a] < w) if a else alive
+        accepted = torch.where(take, a, accepted)
+        alive = alive & ~take
+
+    target = _walk(p, q, tree, tokens, wor, visit)
     rows = torch.arange(B, device=p.device)
-    at = torch.as_tensor(row, device=p.device)[accepted]  # [B]
+    at = torch.as_tensor(_internal_rows(tree), device=p.device)[accepted]  # [B]
     bonus = p[rows, accepted]  # [B, V]
     last = torch.where((at >= 0)[:, None], target[rows, at.clamp_min(0)], bonus)
     return accepted, inverse_cdf(last, u.residual, bonus)
@@ -339,5 +351,33 @@ def traversal_tokens_per_step(
     law: str = "without_replacement",
     context: tuple[int, ...] = (),
 ) -> float:
-    """Exact expected tokens per step E[accepted + 1] of Traversal Verification on ``tree``."""
-    return sum(len(s) * w for s, w in traversal_step_law(target, draft, tree, law, context).items())
+    """Exact expected tokens per step E[accepted + 1] of Traversal Verification on ``tree``:
+
+    .. math:: \\sum_T D(T) \\sum_j \\Bigl(\\prod_{i<j} (1 - w_i)\\Bigr) w_j
+              \\, (\\mathrm{depth}(\\alpha_j) + 1)
+
+    over the tests j of each drafted tree T, run for all trees at once by the batched traversal in float64
+    (the same number as Σ_s |s| · :func:`traversal_step_law`, which the tests check).
+    """
+    wor = _check_law(law)
+    if not isinstance(tree, Tree):
+        raise TypeError(f"tree must be an mdsd.Tree, got {type(tree).__name__}")
+    context = tuple(int(t) for t in context)
+    check_pair(target, draft, tree.max_depth, context)
+    drafted = enumerate_drafts(draft, tree, node_laws(tree, law), context)
+    paths = [node_paths(tree, tokens) for tokens, _ in drafted]
+    internal = np.flatnonzero(tree.branching > 0)
+    p = torch.from_numpy(np.stack([[target(context + v) for v in vs] for vs in paths]))  # [T, N, V]
+    q = torch.from_numpy(np.stack([[draft(context + vs[u]) for u in internal] for vs in paths]))  # [T, M, V]
+    tokens = torch.tensor([(0, *t) for t, _ in drafted])  # [T, N]
+    depth = torch.as_tensor(tree.depth, dtype=torch.float64)
+    reach = torch.tensor([w for _, w in drafted], dtype=torch.float64)  # D(T), then P(reach the test)
+    total = torch.zeros((), dtype=torch.float64)
+
+    def visit(a, w):
+        nonlocal reach, total
+        total = total + (reach * w).sum() * (depth[a] + 1)
+        reach = reach * (1.0 - w)
+
+    _walk(p, q, tree, tokens, wor, visit)
+    return float(total)

@@ -76,6 +76,16 @@ def test_one_step_on_a_binary_tree_is_lossless(law):
         )
 
 
+@pytest.mark.parametrize("law", TRAVERSAL_LAWS)
+def test_batched_exact_tokens_per_step_equals_the_mean_of_the_exact_law(law):
+    rng = np.random.default_rng(6)
+    for tree, family in zip(TREES, FAMILIES, strict=False):
+        target, draft = random_pair(rng, 3, tree.max_depth, family, min_support=3)
+        fast = mdsd.traversal_tokens_per_step(target, draft, tree, law)
+        slow = sum(len(s) * w for s, w in traversal_step_law(target, draft, tree, law).items())
+        assert fast == pytest.approx(slow, abs=1e-12), family
+
+
 def test_on_a_chain_it_is_block_verification():
     rng = np.random.default_rng(4)
     for family in FAMILIES:
