@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdsd.sequence.coupling import coupling_program
 from mdsd.sequence.drafts import LawSpec, enumerate_drafts, node_laws, node_paths
 from mdsd.sequence.models import SequenceModel, check_pair, prefixes
 from mdsd.sequence.program import Program, Solved, solve
@@ -186,8 +187,6 @@ def solve_tree_otm(
         program, decode = _emitted_program(target, classes, depth, context)
         coupling = None
     else:
-        from mdsd.sequence.coupling import coupling_program
-
         program, decode, coupling = coupling_program(target, classes, depth, context, lossless)
     sizes = {"trees": len(classes), **program.sizes()}
     solved = solve(program)
@@ -211,11 +210,12 @@ def _result(solved: Solved, decode, coupling, classes, sizes, method, lossless) 
         emitted[s] = emitted.get(s, 0.0) + mass
     pi = None if coupling is None else {k: float(solved.x[j]) for k, j in coupling.items() if solved.x[j] > 0}
     gap = solved.bound - solved.value
+    how = ("", "; unscaled", "; interior point")[solved.attempt]
     if solved.certified:
-        status, why = "optimal", f"dual bound within {gap:.1e}, primal residual {solved.residual:.1e}"
+        status, why = "optimal", f"dual bound within {gap:.1e}, primal residual {solved.residual:.1e}{how}"
     else:
         status = "unverified"
-        why = f"HiGHS optimal but dual bound − value = {gap:.1e}, primal residual {solved.residual:.1e}"
+        why = f"HiGHS optimal but dual bound − value = {gap:.1e}, primal residual {solved.residual:.1e}{how}"
     return TreeOTMResult(
         value=solved.value,
         method=method,

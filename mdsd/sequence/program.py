@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from mdsd.highs import solve_sparse_lp
+from mdsd.highs import LPError, solve_sparse_lp
 
 CERTIFIED_GAP = 1e-7  # "optimal" needs bound − value and the primal residual below this
 # HiGHS drops matrix entries below small_matrix_value (default 1e-9; 1e-12 is its floor): conditionals
 # p(t | u) below it become 0, moving the optimum by at most about n · 1e-12 per row
-_OPTIONS = {"small_matrix_value": 1e-12}
+_BASE = {"small_matrix_value": 1e-12}
+# At low temperatures (conditionals down to 1e-9, tree probabilities down to 1e-40) HiGHS's default
+# scaling sometimes ends in "Unknown" or with a loose dual: then the same program is solved again
+# unscaled, then by the interior-point method, and the first certified answer is kept.
+ATTEMPTS = ({}, {"simplex_scale_strategy": 0}, {"solver": "ipm"})
 
 
 @dataclass
@@ -74,6 +78,7 @@ class Solved:
     bound: float
     residual: float  # max |A x − b|
     seconds: float
+    attempt: int = 0  # which of ATTEMPTS produced it
 
     @property
     def certified(self) -> bool:
@@ -81,15 +86,29 @@ class Solved:
 
 
 def solve(program: Program) -> Solved:
-    """Solve ``program`` with HiGHS and recompute value, residual and the dual bound in float64."""
+    """Solve ``program`` with HiGHS and recompute value, residual and the dual bound in float64; the
+    first of :data:`ATTEMPTS` that is certified wins, else the one with the smallest gap (uncertified).
+    Raises ``LPError`` if no attempt ends optimal."""
     start = time.perf_counter()
     shape = (program.num_rows, program.num_columns)
     A = sparse.csc_matrix((program.vals, (program.rows, program.cols)), shape=shape)
     b, c, ub = np.array(program.b), np.array(program.c), np.array(program.ub)
-    out = solve_sparse_lp(c, A, b, b, np.zeros(c.size), ub, maximize=True, options=_OPTIONS)
-    x = np.clip(out.x, 0.0, ub)
-    y = out.row_dual
-    reduced = c - A.T @ y
-    bound = float(b @ y + np.clip(reduced, 0.0, None) @ ub)
-    residual = float(np.max(np.abs(A @ x - b), initial=0.0))
-    return Solved(x, y, float(c @ x), bound, residual, time.perf_counter() - start)
+    best, errors = None, []
+    for attempt, options in enumerate(ATTEMPTS):
+        try:
+            out = solve_sparse_lp(c, A, b, b, np.zeros(c.size), ub, maximize=True, options=_BASE | options)
+        except LPError as err:
+            errors.append(str(err))
+            continue
+        x = np.clip(out.x, 0.0, ub)
+        y = out.row_dual
+        bound = float(b @ y + np.clip(c - A.T @ y, 0.0, None) @ ub)
+        residual = float(np.max(np.abs(A @ x - b), initial=0.0))
+        solved = Solved(x, y, float(c @ x), bound, residual, time.perf_counter() - start, attempt)
+        if solved.certified:
+            return solved
+        if best is None or solved.bound - solved.value < best.bound - best.value:
+            best = solved
+    if best is None:
+        raise LPError("; ".join(errors))
+    return best
