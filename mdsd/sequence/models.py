@@ -126,10 +126,6 @@ class SequenceModel:
         """Whether every prefix of ``length`` tokens has a conditional."""
         return self.depth is None or length <= self.depth
 
-    def tensor(self, prefixes_: Iterable[Iterable[int]], dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """The conditionals at many prefixes stacked into a tensor [M, n]."""
-        return torch.from_numpy(np.stack([self(u) for u in prefixes_])).to(dtype)
-
 
 def toy_sequence_pair(
     n: int,

@@ -159,6 +159,14 @@ def solve_tree_otm(
     -------
     TreeOTMResult
 
+    Raises
+    ------
+    ValueError
+        For more than :data:`mdsd.sequence.drafts.MAX_TREES` drafted trees or a program of more than
+        :data:`MAX_VARIABLES` variables (sizes: see the module docstring; a binary tree of depth 2 over
+        4 tokens with i.i.d. children is 660 tree classes, 16,040 variables, 892 rows, about 1 s), bad
+        models, tree, law or context.
+
     Examples
     --------
     Sun et al.'s example: p = (1/3, 2/3), q = (2/3, 1/3) at every prefix, two drafted tokens.
