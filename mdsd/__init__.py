@@ -15,6 +15,18 @@ from mdsd.otm import (
     optimal_coupling,
     solve_otm,
 )
+from mdsd.sequence import (
+    SequenceModel,
+    TreeOTMResult,
+    block_tokens_per_step,
+    block_verify,
+    nodewise_tokens_per_step,
+    optimal_tokens_per_step,
+    solve_tree_otm,
+    toy_sequence_pair,
+    traversal_tokens_per_step,
+    traversal_verify,
+)
 from mdsd.toy import dirichlet_pair, toy_pair
 from mdsd.tree import DynamicTree, Tree, TreeDecodeOutput, TreeDecoder
 from mdsd.verifiers import VERIFIERS, AcceptanceEstimate, Verifier, estimate_acceptance, verifier
@@ -59,6 +71,17 @@ __all__ = [
     "Verifier",
     "estimate_acceptance",
     "AcceptanceEstimate",
+    # sequence level: tiny sequence models, the optimum of tokens per step, block / traversal verification
+    "SequenceModel",
+    "toy_sequence_pair",
+    "solve_tree_otm",
+    "optimal_tokens_per_step",
+    "TreeOTMResult",
+    "nodewise_tokens_per_step",
+    "block_verify",
+    "block_tokens_per_step",
+    "traversal_verify",
+    "traversal_tokens_per_step",
     # real data: prompt sets and the bundled corpus of real (p, q) pairs (mdsd.data.prompts, .real_pairs)
     "data",
     # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.drafters)

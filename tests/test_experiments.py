@@ -1,6 +1,8 @@
 """Each experiment script's --quick mode runs, writes its results with metadata, and its numbers are
 the API's."""
 
+import csv
+import gzip
 import json
 import runpy
 import sys
@@ -173,3 +175,29 @@ def test_languages_quick(tmp_path):
     values = [mdsd.verifier("rrs", 2).acceptance(p, q) for p, q in zip(pairs.p, pairs.q, strict=True)]
     assert row["mean"] == pytest.approx(np.mean(values), abs=1e-12)
     assert len([r for r in rows if r["part"] == "decode"]) == 2 * 3
+
+
+def test_tree_theorems_quick(tmp_path):
+    payload = run_script("tree_theorems", tmp_path)
+    claims = {r["claim"]: r for r in payload["rows"]}
+    for name in ("lp_chain_equals_block", "tokenwise_le_block", "traversal_le_lp", "nodewise_le_lp"):
+        assert claims[name]["checks"] > 0 and claims[name]["counterexamples"] == 0, claims[name]
+    example = payload["worked_example"]
+    assert example["block_accepted"] == pytest.approx(11 / 9, abs=1e-9)
+    assert example["decode4_distance_idealised_plan"] > 1e-3 > example["decode4_distance_block"]
+    settings = {(s["n"], s["tree"], s["law"], s["method"]) for s in payload["settings"]}
+    assert (3, "binary2", "without_replacement", "traversal") in settings
+    assert len(settings) == len(payload["settings"])
+    # one entry recomputed from the API: the LP optimum of the first n = 2 chain case
+    theorems = runpy.run_path(str(EXPERIMENTS / "tree_theorems.py"))
+    config = theorems["Config"](quick=True)
+    _, target, draft = theorems["draw_case"](config, (2, "chain2", "q"), 0)
+    with gzip.open(tmp_path / "tree_theorems_cases.csv.gz", "rt") as handle:
+        first = next(
+            r for r in csv.DictReader(handle) if (r["n"], r["tree"], r["case"]) == ("2", "chain2", "0")
+        )
+    assert float(first["optimum"]) == pytest.approx(
+        mdsd.optimal_tokens_per_step(target, draft, mdsd.Tree.chain(2), "iid")
+    )
+    assert (tmp_path / "tree_theorems.png").stat().st_size > 1000
+    assert "Sun et al.'s worked example" in (tmp_path / "tree_theorems.md").read_text()

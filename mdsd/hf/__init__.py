@@ -36,6 +36,7 @@ from mdsd.hf.fetch import (
     model_dir,
 )
 from mdsd.hf.load import load_model, load_pair, load_tokenizer, pair_paths
+from mdsd.hf.sequence import read_sequence_pair
 
 __all__ = [
     "HF_PACKAGES",
@@ -69,4 +70,6 @@ __all__ = [
     "TreeMethod",
     "BASELINES",
     "ratio_interval",
+    # sequence-level tables (mdsd.hf.sequence)
+    "read_sequence_pair",
 ]
