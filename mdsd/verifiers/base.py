@@ -71,6 +71,10 @@ class Verifier(ABC):
     def _check_k(self, k: int) -> None:  # noqa: B027 (optional hook: most verifiers take any k >= 1)
         """Raise ``ValueError`` if this verifier cannot run with ``k`` drafts."""
 
+    def _uniform_columns(self) -> int:
+        """Columns of ``Uniforms.accept`` one draft tuple consumes (default k; hook for wider rules)."""
+        return self.k
+
     def __repr__(self) -> str:
         return f"verifier({self.name!r}, k={self.k})"
 
@@ -113,7 +117,7 @@ class Verifier(ABC):
         the first draft equal to the emitted token, whichever branch emitted it.
         """
         pt, qt, dt = self._inputs(p, q, drafts)
-        u = draw_uniforms(tuple(dt.shape[:-1]), self.k, generator, pt.device)
+        u = draw_uniforms(tuple(dt.shape[:-1]), self._uniform_columns(), generator, pt.device)
         tokens = self._verify(pt, qt, dt, u)
         return tokens, first_match(dt, tokens)
 
@@ -145,7 +149,7 @@ class Verifier(ABC):
         for start in range(0, num_samples, chunk):
             rows = min(chunk, num_samples - start)
             drafts = self._repeat_drafts(qt, rows, generator)
-            u = draw_uniforms((rows,), self.k, generator, pt.device)
+            u = draw_uniforms((rows,), self._uniform_columns(), generator, pt.device)
             out = self._verify(pt, qt, drafts, u)
             tokens.append(out)
             accepted.append(first_match(drafts, out))

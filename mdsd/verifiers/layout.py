@@ -1,0 +1,344 @@
+"""The priority layout: an exact selection rule for i.i.d. drafts that reaches α* at any vocabulary size.
+
+**The rule.** Each of the k drafts draws a random *depth* o ∈ [0, 1] from a distribution that depends only
+on its token; the draft of least depth is selected (MATH.md §6, two-step verifier). The depth
+distributions come from one *layout*: the unit interval of depths is cut into pieces, every token y owns
+pieces of total length q(y), and a draft of y draws its depth uniformly from y's pieces. A random draft
+then has a uniform depth, so the least depth of k i.i.d. drafts has density k (1 − o)^{k−1}, and
+
+.. math:: F(y) = P(\\text{the selected draft is } y) = \\int_{\\text{pieces of } y} k (1 - o)^{k-1}\\,do,
+
+the *value* of y's pieces. A layout exists for every base F of g(A) = 1 − (1 − q(A))^k (a value vector
+with F(A) ≤ g(A) and F(V) = 1): place the tokens one at a time, each on the unique window of the
+remaining depths that is contiguous once earlier windows are cut out, holds mass q(y) and has value F(y).
+The remaining top-value function after placing a set J of tokens is
+:math:`x \\mapsto \\min_{J' \\subseteq J} G(x + q(J')) - F(J')` (G(x) = 1 − (1 − x)^k, x the depth measured
+in remaining mass), so the base property is kept and every window exists.
+
+**The target** F is the base
+
+.. math:: F(y_i) = p(y_i) - (m_{i-1} - m_i) + (S_i - S_{i-1}), \\quad
+          h_i = g(P_i) - p(P_i), \\ m_i = \\min_{j \\le i} h_j, \\ S_i = \\min_{j \\ge i} h_j,
+
+with y_1, y_2, … the tokens by p/q descending and P_i = {y_1..y_i}: p minus the drops of the running
+minimum of h from the top (the min-cut side B*, where F ≤ p and F(B*) = g(B*)), plus the rises of the
+running minimum from the bottom (the side A*, where F ≥ p). So Σ min(F, p) = p(A*) + g(B*) = α*, the
+optimum of Hu et al.'s min-cut dual, and the two-step verifier with this rule is optimal.
+
+**Closed form of the layout.** Place the tokens by p/q descending. With Q_j = q(P_j), D_j = F(P_j),
+T_j = 1 − Q_j, the remaining depths after the first l − 1 tokens, measured in remaining mass x from the
+top, are those below which exactly the tokens P_j lie, j = j_l(x):
+
+.. math:: j_l(x) = \\arg\\max_{j < l} \\; D_j + (T_j - x)^k, \\qquad o = x + Q_{j_l(x)},
+
+(the set above every remaining depth is a prefix P_j), and token y_l's window starts at
+
+.. math:: s_l = \\inf\\{x \\ge 0 : D_l + (T_l - x)^k \\ge \\max_{j < l} D_j + (T_j - x)^k\\}.
+
+Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows form a convex-hull-trick
+stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify time only the k drafted
+tokens are needed: s_l by Newton's method on a convex decreasing function, then the depth of each draft
+by one arg max. Both maxima over j < l run over blocks of ⌈√V⌉ prefixes, refining only the blocks whose
+upper bound reaches the best value found (:func:`_envelope`), so a draft costs about O(√V) after the
+O(V log V) sort. Checked against the sequential construction and by exact enumeration in the tests.
+
+All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
+numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
+moves its selection probability by at most its own mass times ~1e-16 / (a neighbour's mass).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "IIDLayout",
+    "iid_layout",
+    "window_tops",
+    "draft_depths",
+    "PairLayout",
+    "pair_layout",
+    "pair_depths",
+]
+
+NEWTON_STEPS = 200  # cap; Newton from the left on a convex decreasing function converges monotonically
+CHUNK = 1 << 22  # elements of one working array (float64: 32 MiB)
+
+
+@dataclass(frozen=True)
+class IIDLayout:
+    """The sorted quantities of the priority layout for rows p, q [R, V] (flattened rows), float64.
+
+    Per row: tokens by p/q descending (``order``), each token's place in that order (``rank``), sorted q
+    and F (``q_sorted``, ``f_sorted``), prefix sums Q_j = ``prefix_q[:, j]`` and D_j = ``prefix_f[:, j]``
+    (j = 0..V), tails T_j = ``tail_q[:, j]`` (mass after the first j, summed from the end) and the
+    selection law F in token order (``target``).
+    """
+
+    k: int
+    order: torch.Tensor  # [R, V]
+    rank: torch.Tensor  # [R, V]
+    q_sorted: torch.Tensor  # [R, V]
+    f_sorted: torch.Tensor  # [R, V]
+    prefix_q: torch.Tensor  # [R, V + 1]
+    prefix_f: torch.Tensor  # [R, V + 1]
+    tail_q: torch.Tensor  # [R, V + 1]
+    target: torch.Tensor  # [R, V]
+
+
+def _tail(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i >= j} x_i, summed from the end
+    return torch.cat([x.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(x[:, :1])], dim=-1)
+
+
+def _prefix(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i < j} x_i
+    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)], dim=-1)
+
+
+def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
+    """Sort rows p, q [R, V] by p/q descending and compute the optimal selection law F (module docstring).
+
+    Tokens with q = 0 and p > 0 come first (ratio ∞, F = 0: never drafted); ties keep token order.
+
+    >>> lay = iid_layout(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.5]]), 2)
+    >>> lay.target.tolist()  # token 0 is selected whenever drafted: 1 − (1/2)²
+    [[0.75, 0.25]]
+    """
+    p, q = p.double(), q.double()
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=p.device)
+    ratio = torch.where(
+        q > 0, p / q.clamp_min(torch.finfo(torch.float64).tiny), torch.where(p > 0, inf, -inf)
+    )
+    order = torch.sort(ratio, dim=-1, descending=True, stable=True).indices
+    ps, qs = p.gather(-1, order), q.gather(-1, order)
+    tail_q = _tail(qs)
+    h = _tail(ps) - tail_q.pow(k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, both as tails
+    top = torch.cummin(h, dim=-1).values  # m_j
+    bottom = torch.cummin(h.flip(-1), dim=-1).values.flip(-1)  # S_j
+    f_sorted = (ps - (top[:, :-1] - top[:, 1:]) + (bottom[:, 1:] - bottom[:, :-1])).clamp_min(0.0)
+    places = torch.arange(order.shape[-1], device=p.device).expand_as(order)
+    return IIDLayout(
+        k=k,
+        order=order,
+        rank=torch.empty_like(order).scatter_(-1, order, places),
+        q_sorted=qs,
+        f_sorted=f_sorted,
+        prefix_q=_prefix(qs),
+        prefix_f=_prefix(f_sorted),
+        tail_q=tail_q,
+        target=torch.empty_like(f_sorted).scatter_(-1, order, f_sorted),
+    )
+
+
+def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a + b)^k − a^k and its derivative in a, k[(a + b)^{k−1} − a^{k−1}], for a, b ≥ 0 without
+    cancellation: b Σ_{m<k} (a + b)^m a^{k−1−m} (all terms positive)."""
+    c = a + b
+    s, s_prev, a_pow = torch.ones_like(c), torch.zeros_like(c), torch.ones_like(a)
+    for _ in range(k - 1):  # s_n = c s_{n−1} + a^n, n = 1..k−1; s_prev ends as s_{k−2}
+        a_pow = a_pow * a
+        s_prev, s = s, c * s + a_pow
+    return b * s, k * b * s_prev
+
+
+def _terms(lay, rows, pos, a, j):
+    """(a + Q_l − Q_j)^k − a^k − (D_l − D_j) and its slope in a, at prefixes j [N, M] (l = pos + 1);
+    −inf where j > pos (those prefixes contain the token itself)."""
+    end = (pos + 1).unsqueeze(-1)
+    jc = j.clamp_max(lay.prefix_q.shape[-1] - 1)
+    dq = lay.prefix_q[rows].gather(-1, end) - lay.prefix_q[rows].gather(-1, jc)
+    df = lay.prefix_f[rows].gather(-1, end) - lay.prefix_f[rows].gather(-1, jc)
+    rise, slope = _rise(a.unsqueeze(-1), dq.clamp_min(0.0), lay.k)
+    return torch.where(j <= pos.unsqueeze(-1), rise - df, -math.inf), slope
+
+
+def _envelope(lay, rows, pos, a):
+    """max_{j <= pos} of the terms of :func:`_terms` at a [N]: (max [N], its slope [N], the largest
+    maximising j [N]). Prefixes come in blocks of ⌈√(V+1)⌉; a block can hold the maximum only if its
+    bound (a + ΔQ at its first j)^k − a^k − (ΔD at its last j) reaches the best block end, so only those
+    blocks are evaluated in full."""
+    n = lay.prefix_q.shape[-1]
+    size = math.isqrt(n - 1) + 1
+    first = torch.arange(0, n, size, device=pos.device).expand(pos.shape[0], -1)  # [N, NB]
+    last = (first + size - 1).clamp_max(pos.unsqueeze(-1))
+    ends, _ = _terms(lay, rows, pos, a, torch.cat([first, last], dim=-1))
+    floor = ends.max(-1).values  # a value some prefix reaches
+    end = (pos + 1).unsqueeze(-1)
+    prefix_q, prefix_f = lay.prefix_q[rows], lay.prefix_f[rows]
+    dq = prefix_q.gather(-1, end) - prefix_q.gather(-1, first.clamp_max(n - 1))
+    df = prefix_f.gather(-1, end) - prefix_f.gather(-1, last)
+    bound = torch.where(
+        first <= pos.unsqueeze(-1), _rise(a.unsqueeze(-1), dq.clamp_min(0.0), lay.k)[0] - df, -math.inf
+    )
+    live = bound >= floor.unsqueeze(-1)
+    width = int(live.sum(-1).max())
+    pick = torch.topk(torch.where(live, bound, -math.inf), width, dim=-1).indices  # [N, M] blocks
+    pick = torch.where(torch.gather(live, -1, pick), pick, pick[:, :1])  # dead slots repeat a live block
+    j = (pick * size).unsqueeze(-1) + torch.arange(size, device=pos.device)  # [N, M, size]
+    terms, slope = _terms(lay, rows, pos, a, j.reshape(pos.shape[0], -1))
+    best = terms.max(-1).values
+    at = torch.where(terms == best.unsqueeze(-1), j.reshape(pos.shape[0], -1), -1).max(-1).values
+    hit = (j.reshape(pos.shape[0], -1) == at.unsqueeze(-1)).to(torch.uint8).argmax(-1, keepdim=True)
+    return best, slope.gather(-1, hit).squeeze(-1), at
+
+
+def _chunks(count: int, n: int):
+    """Slices of at most CHUNK / (a few blocks of ⌈√n⌉) queries: bounds the pruned working arrays."""
+    step = max(1, CHUNK // (8 * (math.isqrt(n) + 1)))
+    return (slice(start, start + step) for start in range(0, count, step))
+
+
+def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) -> torch.Tensor:
+    """Remaining depths where a token's curve overtakes that of a prefix j, for tensors of
+    dq = Q_l − Q_j > 0, df = D_l − D_j and the tail below = T_l: the x with
+    (below − x + dq)^k − (below − x)^k = df. Newton on a = below − x from the upper bound
+    (df / (k dq))^(1/(k−1)) decreases monotonically (the left side is convex increasing in a)."""
+    a = (df / (k * dq)).pow(1.0 / (k - 1))
+    for _ in range(NEWTON_STEPS):
+        rise, slope = _rise(a, dq, k)
+        step = torch.where(rise > df, (rise - df) / slope.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+        if not bool((step > 1e-16 * a).any()):
+            break
+        a = (a - step).clamp_min(0.0)
+    return torch.where(df <= dq.pow(k), below, below - a)
+
+
+def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
+
+    Ψ(x) = max_{j<l} [D_j + (T_j − x)^k] − D_l − (T_l − x)^k is convex and decreasing in x; s_l is its
+    root in [0, T_l] (0 if Ψ(0) ≤ 0), the largest crossing x_{jl} of token l's curve with an earlier
+    one. Newton's method starts at the larger of the crossings with the prefixes j = 0 and j = l − 1 (a
+    lower bound) and, from the left of the root, converges monotonically.
+    """
+    out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
+        r, at = rows[sl], pos[sl]
+        below = lay.tail_q[r, at + 1]  # T_l
+        own = _crossings(lay.q_sorted[r, at], lay.f_sorted[r, at], below, lay.k)  # j = l − 1
+        whole = _crossings(lay.prefix_q[r, at + 1], lay.prefix_f[r, at + 1], below, lay.k)  # j = 0
+        x = torch.minimum(torch.maximum(torch.maximum(own, whole), torch.zeros_like(own)), below)
+        live = torch.arange(at.numel(), device=at.device)
+        for _ in range(NEWTON_STEPS):
+            psi, slope, _ = _envelope(lay, r[live], at[live], below[live] - x[live])
+            step = torch.where(psi > 0, psi / slope.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+            new = torch.minimum(x[live] + step, below[live])
+            done = (new <= x[live]) | (psi <= 0) | (new >= below[live])
+            x[live] = new
+            live = live[~done]
+            if live.numel() == 0:
+                break
+        out[sl] = x
+    return out
+
+
+def draft_depths(
+    lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, tops: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """Depth o = t + Q_{j_l(t)} of drafts at sorted positions ``pos`` [N] with window tops ``tops`` [N]
+    and uniforms ``u`` [N]: t = s_l + u q(y_l), j_l(t) the largest maximiser (right-continuous)."""
+    out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
+        r, at = rows[sl], pos[sl]
+        t = tops[sl] + u[sl] * lay.q_sorted[r, at]
+        _, _, j = _envelope(lay, r, at, lay.tail_q[r, at + 1] - t)
+        out[sl] = t + lay.prefix_q[r, j]
+    return out
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """The whole layout of one pair (all tokens), for drawing many drafts of one (p, q).
+
+    The token at sorted position i owns remaining depths [s_i, s_i + q_i) (``tops[i]`` = s_i);
+    ``piece_t[ptr[i]:ptr[i+1]]`` are the remaining depths where its pieces start (the first is s_i) and
+    ``piece_j`` the prefix lengths j above them, so a draft at remaining depth t lies at depth t + Q_j.
+    """
+
+    tops: torch.Tensor  # [V]
+    ptr: torch.Tensor  # [V + 1]
+    piece_t: torch.Tensor  # [P]
+    piece_j: torch.Tensor  # [P]
+
+
+def _crossing(dq: float, df: float, below: float, k: int) -> float:
+    """Remaining depth x where the curve of a token (tail ``below`` under it) overtakes that of the
+    prefix j: (below − x + dq)^k − (below − x)^k = df with dq = Q_l − Q_j, df = D_l − D_j. Newton on
+    a = below − x from an upper bound (the left side is convex increasing in a)."""
+    if df <= dq**k:  # even a = 0 gives at least df: the later curve wins from x = below on
+        return below
+    a = (df / (k * dq)) ** (1.0 / (k - 1))  # k a^{k−1} dq <= left side: an upper bound on the root
+    for _ in range(100):
+        c, s, s_prev, a_pow = a + dq, 1.0, 0.0, 1.0
+        for _ in range(k - 1):
+            a_pow *= a
+            s_prev, s = s, c * s + a_pow
+        f = dq * s - df
+        step = f / (k * dq * s_prev) if f > 0.0 and s_prev > 0.0 else 0.0
+        if step <= a * 1e-16:
+            break
+        a = max(a - step, 0.0)
+    return below - a
+
+
+def pair_layout(lay: IIDLayout, row: int = 0) -> PairLayout:
+    """All windows and pieces of row ``row`` by the convex-hull-trick stack: O(V) crossings, one pass.
+
+    The stack holds curves j (prefix lengths) with the remaining depth where each becomes the maximum;
+    pushing token i's curve pops those it overtakes before their start. The envelope just before the push
+    gives token i's pieces: they begin at s_i and at every popped start inside its window.
+    """
+    k = lay.k
+    qs = lay.q_sorted[row].tolist()
+    tails = lay.tail_q[row].tolist()
+    sum_q, sum_f = lay.prefix_q[row].tolist(), lay.prefix_f[row].tolist()
+    stack_j, stack_x = [0], [-math.inf]
+    tops, ptr, piece_t, piece_j = [0.0] * len(qs), [0], [], []
+    for i, qi in enumerate(qs):
+        if qi <= 0.0:  # never drafted: no window, no curve
+            ptr.append(len(piece_t))
+            continue
+        popped = []
+        while True:
+            j = stack_j[-1]
+            x = _crossing(sum_q[i + 1] - sum_q[j], sum_f[i + 1] - sum_f[j], tails[i + 1], k)
+            if len(stack_j) > 1 and stack_x[-1] >= x:
+                popped.append((stack_x.pop(), stack_j.pop()))
+                continue
+            break
+        s = min(max(x, 0.0), tails[i + 1])
+        tops[i] = s
+        cover, inside = stack_j[-1], []
+        for start, jj in reversed(popped):  # increasing starts
+            if start <= s:
+                cover = jj
+            elif start < s + qi:
+                inside.append((start, jj))
+        piece_t += [s] + [start for start, _ in inside]
+        piece_j += [cover] + [jj for _, jj in inside]
+        ptr.append(len(piece_t))
+        stack_j.append(i + 1)
+        stack_x.append(s)
+    dev = lay.q_sorted.device
+    return PairLayout(
+        tops=torch.tensor(tops, dtype=torch.float64, device=dev),
+        ptr=torch.tensor(ptr, dtype=torch.long, device=dev),
+        piece_t=torch.tensor(piece_t, dtype=torch.float64, device=dev),
+        piece_j=torch.tensor(piece_j, dtype=torch.long, device=dev),
+    )
+
+
+def pair_depths(lay: IIDLayout, pair: PairLayout, pos: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Depths of drafts at sorted positions ``pos`` [N] with uniforms ``u`` [N], from a :class:`PairLayout`
+    (row 0): t = s_l + u q(y_l), the piece holding t by binary search, o = t + Q_j."""
+    t = pair.tops[pos] + u * lay.q_sorted[0, pos]
+    lo, hi = pair.ptr[pos].clone(), pair.ptr[pos + 1] - 1  # the pieces of each draft's token
+    while bool((lo < hi).any()):  # the last piece starting at or before t
+        live = lo < hi
+        mid = (lo + hi + 1) // 2
+        up = pair.piece_t[mid.clamp_max(pair.piece_t.numel() - 1)] <= t
+        lo = torch.where(live & up, mid, lo)
+        hi = torch.where(live & ~up, mid - 1, hi)
+    return t + lay.prefix_q[0, pair.piece_j[lo]]
