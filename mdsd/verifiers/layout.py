@@ -38,9 +38,8 @@ top, are those below which exactly the tokens P_j lie, j = j_l(x):
 Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows form a convex-hull-trick
 stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify time only the k drafted
 tokens are needed: s_l by Newton's method on a convex decreasing function, then the depth of each draft
-by one arg max. Both maxima over j < l run over blocks of ⌈√V⌉ prefixes, refining only the blocks whose
-upper bound reaches the best value found (:func:`_envelope`), so a draft costs about O(√V) after the
-O(V log V) sort. Checked against the sequential construction and by exact enumeration in the tests.
+by one arg max: O(V) per draft after the O(V log V) sort. Checked against the sequential construction
+and by exact enumeration in the tests.
 
 All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
 numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
@@ -65,7 +64,7 @@ __all__ = [
 ]
 
 NEWTON_STEPS = 200  # cap; Newton from the left on a convex decreasing function converges monotonically
-CHUNK = 1 << 22  # elements of one working array (float64: 32 MiB)
+CHUNK = 1 << 23  # elements of one [queries, V + 1] working array (float64: 64 MiB)
 
 
 @dataclass(frozen=True)
@@ -143,58 +142,36 @@ def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     return b * s, k * b * s_prev
 
 
-def _terms(lay, rows, pos, a, j):
-    """(a + Q_l − Q_j)^k − a^k − (D_l − D_j) and its slope in a, at prefixes j [N, M] (l = pos + 1);
-    −inf where j > pos (those prefixes contain the token itself)."""
-    end = (pos + 1).unsqueeze(-1)
-    jc = j.clamp_max(lay.prefix_q.shape[-1] - 1)
-    dq = lay.prefix_q[rows].gather(-1, end) - lay.prefix_q[rows].gather(-1, jc)
-    df = lay.prefix_f[rows].gather(-1, end) - lay.prefix_f[rows].gather(-1, jc)
-    rise, slope = _rise(a.unsqueeze(-1), dq.clamp_min(0.0), lay.k)
-    return torch.where(j <= pos.unsqueeze(-1), rise - df, -math.inf), slope
-
-
-def _envelope(lay, rows, pos, a):
-    """max_{j <= pos} of the terms of :func:`_terms` at a [N]: (max [N], its slope [N], the largest
-    maximising j [N]). Prefixes come in blocks of ⌈√(V+1)⌉; a block can hold the maximum only if its
-    bound (a + ΔQ at its first j)^k − a^k − (ΔD at its last j) reaches the best block end, so only those
-    blocks are evaluated in full."""
-    n = lay.prefix_q.shape[-1]
-    size = math.isqrt(n - 1) + 1
-    first = torch.arange(0, n, size, device=pos.device).expand(pos.shape[0], -1)  # [N, NB]
-    last = (first + size - 1).clamp_max(pos.unsqueeze(-1))
-    ends, _ = _terms(lay, rows, pos, a, torch.cat([first, last], dim=-1))
-    floor = ends.max(-1).values  # a value some prefix reaches
+def _terms(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor):
+    """Q_l − Q_j and D_l − D_j for every prefix j = 0..V of rows ``rows`` [N], l = pos + 1: ([N, V + 1],
+    [N, V + 1]), ΔQ = −1 where j > pos (those prefixes hold the token itself; never compared)."""
     end = (pos + 1).unsqueeze(-1)
     prefix_q, prefix_f = lay.prefix_q[rows], lay.prefix_f[rows]
-    dq = prefix_q.gather(-1, end) - prefix_q.gather(-1, first.clamp_max(n - 1))
-    df = prefix_f.gather(-1, end) - prefix_f.gather(-1, last)
-    bound = torch.where(
-        first <= pos.unsqueeze(-1), _rise(a.unsqueeze(-1), dq.clamp_min(0.0), lay.k)[0] - df, -math.inf
-    )
-    live = bound >= floor.unsqueeze(-1)
-    width = int(live.sum(-1).max())
-    pick = torch.topk(torch.where(live, bound, -math.inf), width, dim=-1).indices  # [N, M] blocks
-    pick = torch.where(torch.gather(live, -1, pick), pick, pick[:, :1])  # dead slots repeat a live block
-    j = (pick * size).unsqueeze(-1) + torch.arange(size, device=pos.device)  # [N, M, size]
-    terms, slope = _terms(lay, rows, pos, a, j.reshape(pos.shape[0], -1))
-    best = terms.max(-1).values
-    at = torch.where(terms == best.unsqueeze(-1), j.reshape(pos.shape[0], -1), -1).max(-1).values
-    hit = (j.reshape(pos.shape[0], -1) == at.unsqueeze(-1)).to(torch.uint8).argmax(-1, keepdim=True)
-    return best, slope.gather(-1, hit).squeeze(-1), at
+    dq = (prefix_q.gather(-1, end) - prefix_q).clamp_min(0.0)
+    j = torch.arange(prefix_q.shape[-1], device=pos.device)
+    return torch.where(j <= pos.unsqueeze(-1), dq, -1.0), prefix_f.gather(-1, end) - prefix_f
+
+
+def _gaps(dq: torch.Tensor, df: torch.Tensor, a: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a + ΔQ_j)^k − a^k − ΔD_j, curve j minus the token's curve at remaining depth T_l − a, and its slope
+    in a; −inf where ΔQ_j < 0 (masked prefixes). dq, df [N, M], a [N]."""
+    rise, slope = _rise(a.unsqueeze(-1), dq.clamp_min(0.0), k)
+    return torch.where(dq >= 0, rise - df, -math.inf), slope
 
 
 def _chunks(count: int, n: int):
-    """Slices of at most CHUNK / (a few blocks of ⌈√n⌉) queries: bounds the pruned working arrays."""
-    step = max(1, CHUNK // (8 * (math.isqrt(n) + 1)))
+    """Slices of queries whose [queries, n + 1] working arrays hold at most CHUNK elements."""
+    step = max(1, CHUNK // (n + 1))
     return (slice(start, start + step) for start in range(0, count, step))
 
 
 def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) -> torch.Tensor:
     """Remaining depths where a token's curve overtakes that of a prefix j, for tensors of
-    dq = Q_l − Q_j > 0, df = D_l − D_j and the tail below = T_l: the x with
-    (below − x + dq)^k − (below − x)^k = df. Newton on a = below − x from the upper bound
-    (df / (k dq))^(1/(k−1)) decreases monotonically (the left side is convex increasing in a)."""
+    dq = Q_l − Q_j, df = D_l − D_j and the tail below = T_l: the x with (below − x + dq)^k −
+    (below − x)^k = df. Newton on a = below − x from the upper bound (df / (k dq))^(1/(k−1)) decreases
+    monotonically (the left side is convex increasing in a); −inf where dq = 0 in float64."""
+    mass = dq > 0
+    dq = torch.where(mass, dq, 1.0)
     a = (df / (k * dq)).pow(1.0 / (k - 1))
     for _ in range(NEWTON_STEPS):
         rise, slope = _rise(a, dq, k)
@@ -202,34 +179,44 @@ def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) 
         if not bool((step > 1e-16 * a).any()):
             break
         a = (a - step).clamp_min(0.0)
-    return torch.where(df <= dq.pow(k), below, below - a)
+    return torch.where(mass, torch.where(df <= dq.pow(k), below, below - a), -math.inf)
 
 
 def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
 
     Ψ(x) = max_{j<l} [D_j + (T_j − x)^k] − D_l − (T_l − x)^k is convex and decreasing in x; s_l is its
-    root in [0, T_l] (0 if Ψ(0) ≤ 0), the largest crossing x_{jl} of token l's curve with an earlier
-    one. Newton's method starts at the larger of the crossings with the prefixes j = 0 and j = l − 1 (a
-    lower bound) and, from the left of the root, converges monotonically.
+    root in [0, T_l] (0 if Ψ(0) ≤ 0), the largest crossing of token l's curve with an earlier one.
+    Newton's method starts at a lower bound (the crossings with the prefixes j = 0 and j = l − 1) and,
+    from the left of the root, converges monotonically. Each curve difference decreases in x, so a
+    prefix below the token's curve at the start never counts again: after one pass over all j, the
+    iterations run over the prefixes still above it.
     """
     out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    tiny = torch.finfo(torch.float64).tiny
     for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
         r, at = rows[sl], pos[sl]
         below = lay.tail_q[r, at + 1]  # T_l
         own = _crossings(lay.q_sorted[r, at], lay.f_sorted[r, at], below, lay.k)  # j = l − 1
         whole = _crossings(lay.prefix_q[r, at + 1], lay.prefix_f[r, at + 1], below, lay.k)  # j = 0
         x = torch.minimum(torch.maximum(torch.maximum(own, whole), torch.zeros_like(own)), below)
-        live = torch.arange(at.numel(), device=at.device)
-        for _ in range(NEWTON_STEPS):
-            psi, slope, _ = _envelope(lay, r[live], at[live], below[live] - x[live])
-            step = torch.where(psi > 0, psi / slope.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
-            new = torch.minimum(x[live] + step, below[live])
-            done = (new <= x[live]) | (psi <= 0) | (new >= below[live])
-            x[live] = new
-            live = live[~done]
-            if live.numel() == 0:
-                break
+        dq, df = _terms(lay, r, at)
+        above = _gaps(dq, df, below - x, lay.k)[0] > 0  # [N, V + 1]
+        width = int(above.sum(-1).max())
+        if width:
+            keep = torch.topk(above.to(torch.uint8), width, dim=-1, sorted=False).indices
+            dq, df = torch.where(above.gather(-1, keep), dq.gather(-1, keep), -1.0), df.gather(-1, keep)
+            for _ in range(NEWTON_STEPS):
+                gap, slope = _gaps(dq, df, below - x, lay.k)
+                psi, arg = gap.max(-1)
+                step = torch.where(
+                    psi > 0, psi / slope.gather(-1, arg.unsqueeze(-1))[..., 0].clamp_min(tiny), 0.0
+                )
+                new = torch.minimum(x + step, below)
+                dq = torch.where(gap > 0, dq, -1.0)  # below the token's curve now: never again
+                if not bool((new > x).any()):
+                    break
+                x = new
         out[sl] = x
     return out
 
@@ -243,7 +230,9 @@ def draft_depths(
     for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
         r, at = rows[sl], pos[sl]
         t = tops[sl] + u[sl] * lay.q_sorted[r, at]
-        _, _, j = _envelope(lay, r, at, lay.tail_q[r, at + 1] - t)
+        gap, _ = _gaps(*_terms(lay, r, at), lay.tail_q[r, at + 1] - t, lay.k)
+        best = gap.max(-1, keepdim=True).values
+        j = (gap.shape[-1] - 1) - (gap == best).flip(-1).to(torch.uint8).argmax(-1)
         out[sl] = t + lay.prefix_q[r, j]
     return out
 
@@ -267,6 +256,8 @@ def _crossing(dq: float, df: float, below: float, k: int) -> float:
     """Remaining depth x where the curve of a token (tail ``below`` under it) overtakes that of the
     prefix j: (below − x + dq)^k − (below − x)^k = df with dq = Q_l − Q_j, df = D_l − D_j. Newton on
     a = below − x from an upper bound (the left side is convex increasing in a)."""
+    if dq <= 0.0:  # the prefixes differ by no mass (in float64): the later curve is never below
+        return -math.inf
     if df <= dq**k:  # even a = 0 gives at least df: the later curve wins from x = below on
         return below
     a = (df / (k * dq)) ** (1.0 / (k - 1))  # k a^{k−1} dq <= left side: an upper bound on the root

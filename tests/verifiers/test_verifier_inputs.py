@@ -15,7 +15,7 @@ P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
 
 
 def test_registry():
-    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk")
+    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk", "optimal")
     for name in mdsd.VERIFIERS:
         v = mdsd.verifier(name, 1 if name == "single" else 2)
         assert isinstance(v, mdsd.Verifier) and v.name == name and v.law.k == v.k
