@@ -1,49 +1,64 @@
-"""The priority layout: an exact selection rule for i.i.d. drafts that reaches α* at any vocabulary size.
+r"""The priority layout: an exact selection rule for i.i.d. drafts that reaches α* at any vocabulary size.
 
 **The rule.** Each of the k drafts draws a random *depth* o ∈ [0, 1] from a distribution that depends only
-on its token; the draft of least depth is selected (MATH.md §6, two-step verifier). The depth
-distributions come from one *layout*: the unit interval of depths is cut into pieces, every token y owns
-pieces of total length q(y), and a draft of y draws its depth uniformly from y's pieces. A random draft
-then has a uniform depth, so the least depth of k i.i.d. drafts has density k (1 − o)^{k−1}, and
+on its token; the draft of least depth is selected, and the two-step verifier (MATH.md §6,
+:mod:`mdsd.verifiers.twostep`) accepts it against p. The depth distributions come from one *layout*: the
+unit interval is cut into pieces, token y owns pieces of total length q(y), and a draft of y draws its
+depth uniformly from y's pieces. A random draft then has a uniform depth (the pieces tile [0, 1]), so the
+least of k i.i.d. depths has density k (1 − o)^{k−1}, and
 
-.. math:: F(y) = P(\\text{the selected draft is } y) = \\int_{\\text{pieces of } y} k (1 - o)^{k-1}\\,do,
+.. math:: F(y) = P(\text{the selected draft is } y) = \int_{\text{pieces of } y} k (1 - o)^{k-1}\,do,
 
-the *value* of y's pieces. A layout exists for every base F of g(A) = 1 − (1 − q(A))^k (a value vector
-with F(A) ≤ g(A) and F(V) = 1): place the tokens one at a time, each on the unique window of the
-remaining depths that is contiguous once earlier windows are cut out, holds mass q(y) and has value F(y).
-The remaining top-value function after placing a set J of tokens is
-:math:`x \\mapsto \\min_{J' \\subseteq J} G(x + q(J')) - F(J')` (G(x) = 1 − (1 − x)^k, x the depth measured
-in remaining mass), so the base property is kept and every window exists.
+the *value* of y's pieces (a depth interval [a, b] has value (1 − a)^k − (1 − b)^k).
 
-**The target** F is the base
+**Every base has a layout.** Let g(A) = 1 − (1 − q(A))^k and G(x) = 1 − (1 − x)^k, the value of the top
+x of the depths. F is a base if F(A) ≤ g(A) for every token set A and F(V) = 1. Place the tokens one at a
+time, each on the window of the remaining depths that is contiguous once earlier windows are cut out,
+holds mass q(y) and has value F(y). Sliding it down moves its value continuously and monotonically from
+the top value of the remaining depths to the bottom value, and F(y) lies in between when the rest of F
+is a base of what remains; after placing a set J of tokens the value of the top x of what remains is
 
-.. math:: F(y_i) = p(y_i) - (m_{i-1} - m_i) + (S_i - S_{i-1}), \\quad
-          h_i = g(P_i) - p(P_i), \\ m_i = \\min_{j \\le i} h_j, \\ S_i = \\min_{j \\ge i} h_j,
+.. math:: G_J(x) = \min_{J' \subseteq J} G(x + q(J')) - F(J'),
 
-with y_1, y_2, … the tokens by p/q descending and P_i = {y_1..y_i}: p minus the drops of the running
-minimum of h from the top (the min-cut side B*, where F ≤ p and F(B*) = g(B*)), plus the rises of the
-running minimum from the bottom (the side A*, where F ≥ p). So Σ min(F, p) = p(A*) + g(B*) = α*, the
-optimum of Hu et al.'s min-cut dual, and the two-step verifier with this rule is optimal.
+which keeps F on the other tokens a base (induction: each placement gives G_{J∪y}(x) = min(G_J(x),
+G_J(x + q(y)) − F(y)), the window lying above or across the top x).
 
-**Closed form of the layout.** Place the tokens by p/q descending. With Q_j = q(P_j), D_j = F(P_j),
-T_j = 1 − Q_j, the remaining depths after the first l − 1 tokens, measured in remaining mass x from the
-top, are those below which exactly the tokens P_j lie, j = j_l(x):
+**The target** is the base
 
-.. math:: j_l(x) = \\arg\\max_{j < l} \\; D_j + (T_j - x)^k, \\qquad o = x + Q_{j_l(x)},
+.. math:: F(y_i) = p(y_i) - (m_{i-1} - m_i) + (S_i - S_{i-1}), \quad
+          h_i = g(P_i) - p(P_i), \ m_i = \min_{j \le i} h_j, \ S_i = \min_{j \ge i} h_j,
 
-(the set above every remaining depth is a prefix P_j), and token y_l's window starts at
+with y_1, y_2, … the tokens by p/q descending, P_i = {y_1..y_i} and μ = min_i h_i: p minus the drops of
+the running minimum of h from the top, plus its rises from the bottom. Drops happen only up to the
+argmin i* (the side B* = P_{i*} of Hu et al.'s min-cut), rises only after it (A*). So F(P_i) = p(P_i) +
+m_i + S_i − μ = p(P_i) + max(m_i, S_i) ≤ g(P_i) (every prefix is feasible; all sets are checked by
+enumeration in the tests), F ≥ g(P_i) − g(P_{i−1}) ≥ 0 at a drop, F(B*) = g(B*), F ≤ p on B* and F ≥ p on
+A*, hence Σ min(F, p) = g(B*) + p(A*) = α*(p, IID(k)) (Hu et al., ICLR 2025): the verifier is optimal.
+Rejections only happen on A* tokens while B* owns the top q(B*) of the depths, and the residual (p − F)+
+lives on B*: it never lands on a draft, so the acceptance is exactly Σ min(F, p).
 
-.. math:: s_l = \\inf\\{x \\ge 0 : D_l + (T_l - x)^k \\ge \\max_{j < l} D_j + (T_j - x)^k\\}.
+**Closed form.** Place the tokens by p/q descending. With Q_j = q(P_j), D_j = F(P_j), T_j = 1 − Q_j, a
+remaining depth at remaining-mass x below the top, before token y_l is placed, has exactly the tokens
+P_j above it, j = j_l(x) (the set above a remaining depth is a prefix: checked against the sequential
+construction in the tests), so G_J is a minimum over prefixes and
 
-Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows form a convex-hull-trick
-stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify time only the k drafted
-tokens are needed: s_l by Newton's method on a convex decreasing function, then the depth of each draft
-by one arg max: O(V) per draft after the O(V log V) sort. Checked against the sequential construction
-and by exact enumeration in the tests.
+.. math:: j_l(x) = \arg\max_{j < l} \; D_j + (T_j - x)^k, \qquad o = x + Q_{j_l(x)},
+          \qquad s_l = \inf\{x \ge 0 : D_l + (T_l - x)^k \ge \max_{j < l} D_j + (T_j - x)^k\},
+
+s_l the top of y_l's window. Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows
+form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify
+time only the k drafted tokens are needed: s_l by Newton's method on a convex decreasing function, then
+each draft's depth by one arg max, O(V) per draft after the O(V log V) sort (:func:`window_tops`,
+:func:`draft_depths`). The selection law of these pieces is checked against F by exact integration
+over every draft tuple in the tests.
 
 All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
 numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
 moves its selection probability by at most its own mass times ~1e-16 / (a neighbour's mass).
+
+References: Khisti et al., "Multi-Draft Speculative Sampling: Canonical Architectures and Theoretical
+Limits", ICLR 2025 (the two-step form); Hu et al., "Towards Optimal Multi-draft Speculative Decoding",
+ICLR 2025 (the min-cut dual); Thomas & Pal, "Global Resolution", ICLR 2026 (bases of g as selection laws).
 """
 
 from __future__ import annotations
@@ -65,6 +80,8 @@ __all__ = [
 
 NEWTON_STEPS = 200  # cap; Newton from the left on a convex decreasing function converges monotonically
 CHUNK = 1 << 23  # elements of one [queries, V + 1] working array (float64: 64 MiB)
+SCREEN = 1e-14  # margin of the screening passes: well above the ~1e-16 rounding of curves of size <= 2
+SPARSE = 4096  # curves per token, at most, scanned sparsely; above that, jumps scan all of them
 
 
 @dataclass(frozen=True)
@@ -142,21 +159,29 @@ def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
     return b * s, k * b * s_prev
 
 
-def _terms(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor):
-    """Q_l − Q_j and D_l − D_j for every prefix j = 0..V of rows ``rows`` [N], l = pos + 1: ([N, V + 1],
-    [N, V + 1]), ΔQ = −1 where j > pos (those prefixes hold the token itself; never compared)."""
-    end = (pos + 1).unsqueeze(-1)
-    prefix_q, prefix_f = lay.prefix_q[rows], lay.prefix_f[rows]
-    dq = (prefix_q.gather(-1, end) - prefix_q).clamp_min(0.0)
+def _power(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x^k for an integer k >= 1 by repeated squaring (in place on ``x``; fewer passes than pow)."""
+    result = None
+    while True:
+        if k & 1:
+            result = x.clone() if result is None else result.mul_(x)
+        k >>= 1
+        if not k:
+            return result
+        x = x.mul_(x) if result is not None else x.mul(x)
+
+
+def _curves(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """(a + Q_l − Q_j)^k + D_j for every prefix j = 0..V of rows ``rows`` [N] (l = pos + 1, a [N]): the
+    curves j at remaining depth T_l − a up to one constant per row, −inf for j >= l. [N, V + 1]; plain
+    powers (absolute error ~1e-16), for arg max and for screening only."""
+    shared = bool((rows == rows[0]).all())  # one node's drafts: broadcast its row, no copies
+    prefix_q = lay.prefix_q[rows[:1]] if shared else lay.prefix_q[rows]
+    prefix_f = lay.prefix_f[rows[:1]] if shared else lay.prefix_f[rows]
+    top = (a + lay.prefix_q[rows, pos + 1]).unsqueeze(-1)  # a + Q_l
+    value = _power((top - prefix_q).clamp_min_(0.0), lay.k).add_(prefix_f)
     j = torch.arange(prefix_q.shape[-1], device=pos.device)
-    return torch.where(j <= pos.unsqueeze(-1), dq, -1.0), prefix_f.gather(-1, end) - prefix_f
-
-
-def _gaps(dq: torch.Tensor, df: torch.Tensor, a: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a + ΔQ_j)^k − a^k − ΔD_j, curve j minus the token's curve at remaining depth T_l − a, and its slope
-    in a; −inf where ΔQ_j < 0 (masked prefixes). dq, df [N, M], a [N]."""
-    rise, slope = _rise(a.unsqueeze(-1), dq.clamp_min(0.0), k)
-    return torch.where(dq >= 0, rise - df, -math.inf), slope
+    return value.masked_fill_(j > pos.unsqueeze(-1), -math.inf)
 
 
 def _chunks(count: int, n: int):
@@ -185,38 +210,54 @@ def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) 
 def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
 
-    Ψ(x) = max_{j<l} [D_j + (T_j − x)^k] − D_l − (T_l − x)^k is convex and decreasing in x; s_l is its
-    root in [0, T_l] (0 if Ψ(0) ≤ 0), the largest crossing of token l's curve with an earlier one.
-    Newton's method starts at a lower bound (the crossings with the prefixes j = 0 and j = l − 1) and,
-    from the left of the root, converges monotonically. Each curve difference decreases in x, so a
-    prefix below the token's curve at the start never counts again: after one pass over all j, the
-    iterations run over the prefixes still above it.
+    s_l is the largest crossing of token l's curve x ↦ D_l + (T_l − x)^k with an earlier one (x ↦ D_j +
+    (T_j − x)^k, j < l), clamped to [0, T_l]. Start from a lower bound x (the crossings with j = 0 and
+    j = l − 1); while some curve j* lies above the token's at x, jump to their crossing (exact, by
+    Newton's method), a larger lower bound. Each curve difference decreases in x, so a curve below the
+    token's never rises above it again: once screening passes over all j (plain powers, with a margin
+    far above their rounding) leave few curves that may still be above, the jumps scan those alone.
     """
     out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
-    tiny = torch.finfo(torch.float64).tiny
     for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
         r, at = rows[sl], pos[sl]
-        below = lay.tail_q[r, at + 1]  # T_l
+        below, end_q, end_f = lay.tail_q[r, at + 1], lay.prefix_q[r, at + 1], lay.prefix_f[r, at + 1]
         own = _crossings(lay.q_sorted[r, at], lay.f_sorted[r, at], below, lay.k)  # j = l − 1
-        whole = _crossings(lay.prefix_q[r, at + 1], lay.prefix_f[r, at + 1], below, lay.k)  # j = 0
+        whole = _crossings(end_q, end_f, below, lay.k)  # j = 0
         x = torch.minimum(torch.maximum(torch.maximum(own, whole), torch.zeros_like(own)), below)
-        dq, df = _terms(lay, r, at)
-        above = _gaps(dq, df, below - x, lay.k)[0] > 0  # [N, V + 1]
-        width = int(above.sum(-1).max())
-        if width:
-            keep = torch.topk(above.to(torch.uint8), width, dim=-1, sorted=False).indices
-            dq, df = torch.where(above.gather(-1, keep), dq.gather(-1, keep), -1.0), df.gather(-1, keep)
-            for _ in range(NEWTON_STEPS):
-                gap, slope = _gaps(dq, df, below - x, lay.k)
-                psi, arg = gap.max(-1)
-                step = torch.where(
-                    psi > 0, psi / slope.gather(-1, arg.unsqueeze(-1))[..., 0].clamp_min(tiny), 0.0
-                )
-                new = torch.minimum(x + step, below)
-                dq = torch.where(gap > 0, dq, -1.0)  # below the token's curve now: never again
-                if not bool((new > x).any()):
-                    break
-                x = new
+        for _ in range(NEWTON_STEPS):  # jumps over all curves while many lie above the token's
+            level = (below - x).pow(lay.k) + end_f  # the token's curve at x (up to the row constant)
+            above = _curves(lay, r, at, below - x) - level.unsqueeze(-1)
+            if int((above > -SCREEN).sum()) <= SPARSE * at.numel():
+                break
+            best, j = above.max(-1)
+            cross = _crossings(end_q - lay.prefix_q[r, j], end_f - lay.prefix_f[r, j], below, lay.k)
+            moved = (best > 0) & (cross > x)
+            if not bool(moved.any()):
+                break
+            x = torch.where(moved, torch.minimum(cross, below), x)
+        query, j = (above > -SCREEN).nonzero(as_tuple=True)
+        cand_q, cand_f = lay.prefix_q[r[query], j], lay.prefix_f[r[query], j]
+        for _ in range(NEWTON_STEPS):
+            a = (below - x)[query]
+            gap = (
+                (a + end_q[query] - cand_q).clamp_min(0.0).pow(lay.k) - a.pow(lay.k) - (end_f[query] - cand_f)
+            )
+            keep = gap > -SCREEN
+            query, gap, cand_q, cand_f = query[keep], gap[keep], cand_q[keep], cand_f[keep]
+            if query.numel() == 0:
+                break
+            psi = torch.full_like(x, -math.inf).scatter_reduce(0, query, gap, "amax")
+            top = torch.zeros_like(query).scatter_(0, (gap == psi[query]).nonzero().squeeze(-1), 1).bool()
+            who = torch.full_like(x, -1, dtype=torch.long).scatter_(0, query[top], top.nonzero().squeeze(-1))
+            live = (who >= 0) & (psi > 0)
+            if not bool(live.any()):
+                break
+            pick = who[live]
+            cross = _crossings(end_q[live] - cand_q[pick], end_f[live] - cand_f[pick], below[live], lay.k)
+            moved = cross > x[live]
+            if not bool(moved.any()):
+                break
+            x[live] = torch.where(moved, torch.minimum(cross, below[live]), x[live])
         out[sl] = x
     return out
 
@@ -225,14 +266,14 @@ def draft_depths(
     lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, tops: torch.Tensor, u: torch.Tensor
 ) -> torch.Tensor:
     """Depth o = t + Q_{j_l(t)} of drafts at sorted positions ``pos`` [N] with window tops ``tops`` [N]
-    and uniforms ``u`` [N]: t = s_l + u q(y_l), j_l(t) the largest maximiser (right-continuous)."""
+    and uniforms ``u`` [N]: t = s_l + u q(y_l), j_l(t) = arg max_{j<l} D_j + (T_j − t)^k, the last
+    maximiser (the layout is right-continuous in t)."""
     out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
     for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
         r, at = rows[sl], pos[sl]
         t = tops[sl] + u[sl] * lay.q_sorted[r, at]
-        gap, _ = _gaps(*_terms(lay, r, at), lay.tail_q[r, at + 1] - t, lay.k)
-        best = gap.max(-1, keepdim=True).values
-        j = (gap.shape[-1] - 1) - (gap == best).flip(-1).to(torch.uint8).argmax(-1)
+        curves = _curves(lay, r, at, lay.tail_q[r, at + 1] - t)
+        j = (curves.shape[-1] - 1) - curves.flip(-1).argmax(-1)  # the last maximiser
         out[sl] = t + lay.prefix_q[r, j]
     return out
 

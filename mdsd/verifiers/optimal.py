@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from mdsd.laws import IID, DraftLaw, WithoutReplacement
-from mdsd.otm.network import build_network
 from mdsd.otm.solve import solve_otm
 from mdsd.validation import check_k
 from mdsd.verifiers.base import Verifier
@@ -34,7 +33,8 @@ __all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
 
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
-_SHARED = 64  # one pair [V] drafted more than this many times: build its whole layout once
+_SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
+ROWS = 32  # rows of p, q laid out at a time
 
 
 def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ...], tuple[float, np.ndarray]]:
@@ -44,10 +44,9 @@ def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ..
     >>> {x: s.tolist() for x, (w, s) in rule.items()}[(0, 1)]  # a pair holding token 0 selects it
     [1.0, 0.0]
     """
-    net = build_network(q, law)
-    method = "maxflow" if net.tuples.shape[0] <= _MAXFLOW_TUPLES else "lp"
-    flow = solve_otm(p, q, law, method=method).flow or {}
     joint = law.joint(q)
+    method = "maxflow" if len(joint) <= _MAXFLOW_TUPLES else "lp"
+    flow = solve_otm(p, q, law, method=method).flow or {}
     table = {x: (w, np.zeros(p.size)) for x, w in joint.items()}
     for (x, y), f in flow.items():
         table[x][1][y] += f / joint[x]
@@ -162,18 +161,36 @@ class OptimalVerifier(Verifier):
 
     def _verify_iid(self, p, q, drafts, u_depth, u_emit) -> torch.Tensor:
         batch, n = drafts.shape[:-1], p.shape[-1]
-        lay, pair = self._layout(p, q)
-        lead = p.shape[:-1]
-        row = torch.arange(math.prod(lead), device=p.device).reshape(lead).expand(batch)  # [*B]
-        pos = lay.rank[row.unsqueeze(-1), drafts]  # [*B, K]
+        if p.ndim == 1:  # one pair (a node, or simulate): its layout is cached
+            lay, pair = self._layout(p, q)
+            row = torch.zeros(batch, dtype=torch.long, device=p.device)
+            chosen = self._select(lay, pair, row, drafts, u_depth)
+            return two_step(p, lay.target[0], chosen, u_emit)
+        rows = math.prod(p.shape[:-1])  # [*Bp] rows, broadcast over the drafts' [*B]
+        row = torch.arange(rows, device=p.device).reshape(p.shape[:-1]).expand(batch).reshape(-1)
+        flat_p, flat_q = p.reshape(rows, n), q.reshape(rows, n)
+        flat_d, flat_u = drafts.reshape(-1, self.k), u_depth.reshape(-1, u_depth.shape[-1])
+        emit, out = u_emit.reshape(-1), torch.empty(row.shape, dtype=torch.long, device=p.device)
+        for start in range(0, rows, ROWS):  # a layout holds ~10 arrays of [rows, V]: bounded memory
+            mine = ((row >= start) & (row < start + ROWS)).nonzero().squeeze(-1)
+            lay = iid_layout(flat_p[start : start + ROWS], flat_q[start : start + ROWS], self.k)
+            local = row[mine] - start
+            chosen = self._select(lay, None, local, flat_d[mine], flat_u[mine])
+            if mine.numel() <= 2 * lay.order.shape[0]:  # about one draft tuple per row: gather the rows
+                out[mine] = two_step(flat_p[row[mine]], lay.target[local], chosen, emit[mine])
+                continue
+            for r in range(lay.order.shape[0]):  # many tuples per row: one call per row, p broadcast
+                at = (local == r).nonzero().squeeze(-1)
+                out[mine[at]] = two_step(flat_p[start + r], lay.target[r], chosen[at], emit[mine[at]])
+        return out.reshape(batch)
+
+    def _select(self, lay, pair, row, drafts, u) -> torch.Tensor:
+        """The draft of least depth: tokens [*B] for drafts [*B, K] of layout rows ``row`` [*B]."""
         if self.k == 1:
-            win = torch.zeros(batch, dtype=torch.long, device=p.device)
-        else:
-            depth = self._depths(lay, pair, row, pos, u_depth)
-            win = depth.argmin(-1)
-        chosen = drafts.gather(-1, win.unsqueeze(-1))[..., 0]
-        law = lay.target.reshape(*lead, n)
-        return two_step(p, law, chosen, u_emit)
+            return drafts[..., 0]
+        pos = lay.rank[row.unsqueeze(-1), drafts]  # [*B, K]
+        depth = self._depths(lay, pair, row, pos, u)
+        return drafts.gather(-1, depth.argmin(-1, keepdim=True))[..., 0]
 
     def _layout(self, p, q):
         """The layout of rows p, q; for one pair also its whole stack (built once, reused by simulate)."""

@@ -92,10 +92,10 @@ def _stack_pieces(lay, pair):
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_closed_form_windows_realise_f(k):
     """Newton's windows (any batch) and the whole stack of one pair place every draft of mass above
-    1e-12 at the same depth (a window narrower than float64 resolves near depth 1 is a point whose
-    place depends on rounding), and integrating the least-depth rule over the stack's pieces gives F
-    exactly. Where the construction of tests/verifiers/verifier_enumeration.py is well conditioned (no
-    token below 1e-6: rounding F by 1e-16 moves a window of mass q by ~1e-16 / q), depths agree with it."""
+    1e-6 at the same depth, to 1e-9, and so does the construction of verifier_enumeration.py; and
+    integrating the least-depth rule over the stack's pieces gives F exactly, extremes included.
+    (Depths are conditioned like 1/q: F is exact to ~1e-16, and a window of mass q and value F moves by
+    ~ΔF / (k q) when F moves by ΔF, so a token of mass 1e-9 sits anywhere within ~1e-7.)"""
     gen = torch.Generator().manual_seed(k)
     for p, q in _pairs(40, seed=20 + k, sizes=(3, 4, 6, 9)) + _extreme_pairs():
         lay = iid_layout(torch.tensor(p)[None], torch.tensor(q)[None], k)
@@ -105,8 +105,8 @@ def test_closed_form_windows_realise_f(k):
         rows = torch.zeros_like(pos)
         pair = pair_layout(lay)
         newton = draft_depths(lay, rows, pos, window_tops(lay, rows, pos), u)
-        wide = torch.tensor(q)[tokens] > 1e-12
-        assert torch.allclose(newton[wide], pair_depths(lay, pair, pos, u)[wide], rtol=0, atol=1e-12), (p, q)
+        wide = torch.tensor(q)[tokens] > 1e-6
+        assert torch.allclose(newton[wide], pair_depths(lay, pair, pos, u)[wide], rtol=0, atol=1e-9), (p, q)
         if p.size <= 6 and k <= 3:
             pieces = _stack_pieces(lay, pair)
             selected = np.zeros(p.size)
