@@ -47,10 +47,10 @@ construction in the tests), so G_J is a minimum over prefixes and
 
 s_l the top of y_l's window. Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows
 form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify
-time only the k drafted tokens are needed: s_l by Newton's method on a convex decreasing function, then
-each draft's depth by one arg max, O(V) per draft after the O(V log V) sort (:func:`window_tops`,
-:func:`draft_depths`). The selection law of these pieces is checked against F by exact integration
-over every draft tuple in the tests.
+time only the k drafted tokens are needed: s_l = max_j (crossing of curves j and l), found by jumping
+from crossing to crossing (each a lower bound of s_l), then each draft's depth by one arg max: O(V) per
+draft after the O(V log V) sort (:func:`window_tops`, :func:`draft_depths`). The selection law of these
+pieces is checked against F by exact integration over every draft tuple in the tests.
 
 All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
 numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
@@ -78,7 +78,7 @@ __all__ = [
     "pair_depths",
 ]
 
-NEWTON_STEPS = 200  # cap; Newton from the left on a convex decreasing function converges monotonically
+NEWTON_STEPS = 200  # cap on Newton steps and on jumps (each moves monotonically towards its root)
 CHUNK = 1 << 23  # elements of one [queries, V + 1] working array (float64: 64 MiB)
 SCREEN = 1e-14  # margin of the screening passes: well above the ~1e-16 rounding of curves of size <= 2
 SPARSE = 4096  # curves per token, at most, scanned sparsely; above that, jumps scan all of them

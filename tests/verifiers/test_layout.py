@@ -91,7 +91,7 @@ def _stack_pieces(lay, pair):
 
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_closed_form_windows_realise_f(k):
-    """Newton's windows (any batch) and the whole stack of one pair place every draft of mass above
+    """The windows of window_tops (any batch) and the whole stack of one pair place every draft of mass above
     1e-6 at the same depth, to 1e-9, and so does the construction of verifier_enumeration.py; and
     integrating the least-depth rule over the stack's pieces gives F exactly, extremes included.
     (Depths are conditioned like 1/q: F is exact to ~1e-16, and a window of mass q and value F moves by
@@ -123,7 +123,7 @@ def test_closed_form_windows_realise_f(k):
 
 
 def test_full_vocabulary_law_and_windows():
-    """V = 151,936: Σ min(F, p) = α* (the dual), and Newton's windows agree with the whole stack."""
+    """V = 151,936: Σ min(F, p) = α* (the dual), and window_tops agrees with the whole stack."""
     gen = torch.Generator().manual_seed(0)
     n = 151_936
     logits = 3 * torch.randn(n, generator=gen, dtype=torch.float64)
