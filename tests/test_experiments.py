@@ -201,3 +201,15 @@ def test_tree_theorems_quick(tmp_path):
     )
     assert (tmp_path / "tree_theorems.png").stat().st_size > 1000
     assert "Sun et al.'s worked example" in (tmp_path / "tree_theorems.md").read_text()
+
+
+def test_optimal_wor_gap_quick(tmp_path):
+    rows = run_script("optimal_wor_gap", tmp_path)["rows"]
+    assert len(rows) == 2 and {(r["temperature"], r["k"]) for r in rows} == {(1.0, 2)}
+    corpus = mdsd.data.real_pairs(1.0)
+    for r in rows:
+        p, q = corpus.p[r["row"]], corpus.q[r["row"]]
+        assert r["alpha_iid"] == pytest.approx(mdsd.optimal_acceptance(p, q, mdsd.IID(2)), abs=1e-12)
+        # the fallback is lossless with acceptance in [α*_iid, α*_wor]: its 95% interval meets that range
+        assert r["fallback_low"] <= r["alpha_wor"] + 1e-9 and r["fallback_high"] >= r["alpha_iid"] - 1e-9
+    assert "gap to α*_wor" in (tmp_path / "optimal_wor_gap.md").read_text()

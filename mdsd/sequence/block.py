@@ -22,11 +22,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mdsd.sampling import inverse_cdf
 from mdsd.sequence.drafts import enumerate_drafts, node_laws
 from mdsd.sequence.models import SequenceModel, check_pair
 from mdsd.tree import Tree
 from mdsd.validation import as_probability_tensor, check_k
-from mdsd.verifiers.ops import Uniforms, draw_uniforms, inverse_cdf
+from mdsd.verifiers.ops import Uniforms, draw_uniforms
 
 __all__ = [
     "block_verify",
@@ -123,7 +124,7 @@ def _verify(
     q_tau = q[rows, tau.clamp_max(L - 1)]
     w_tau = weights[rows, tau].to(p.dtype)[:, None]
     residual = torch.where((tau == L)[:, None], p_tau, (w_tau * p_tau - q_tau).clamp_min(0))
-    return tau, inverse_cdf(residual, u.residual, p_tau)
+    return tau, inverse_cdf(residual, u.residual.unsqueeze(-1), fallback=p_tau)[..., 0]
 
 
 # ---- float64 core, reference and exact law ------------------------------------------------------------

@@ -33,11 +33,12 @@ from functools import cache
 import numpy as np
 import torch
 
+from mdsd.sampling import inverse_cdf
 from mdsd.sequence.drafts import enumerate_drafts, node_laws, node_paths
 from mdsd.sequence.models import SequenceModel, check_pair
 from mdsd.tree import Tree
 from mdsd.validation import as_probability_tensor
-from mdsd.verifiers.ops import Uniforms, draw_uniforms, inverse_cdf
+from mdsd.verifiers.ops import Uniforms, draw_uniforms
 
 __all__ = [
     "TRAVERSAL_LAWS",
@@ -231,7 +232,7 @@ def _verify(p, q, tree, tokens, wor, u: Uniforms):
     at = torch.as_tensor(_internal_rows(tree), device=p.device)[accepted]  # [B]
     bonus = p[rows, accepted]  # [B, V]
     last = torch.where((at >= 0)[:, None], target[rows, at.clamp_min(0)], bonus)
-    return accepted, inverse_cdf(last, u.residual, bonus)
+    return accepted, inverse_cdf(last, u.residual.unsqueeze(-1), fallback=bonus)[..., 0]
 
 
 # ---- float64 core, reference and exact law ------------------------------------------------------------

@@ -12,11 +12,15 @@ Every verifier has a slow float64 reference that its sampler matches under the s
 
 from __future__ import annotations
 
+import inspect
+
+from mdsd.laws import DraftLaw
 from mdsd.verifiers.base import Verifier
 from mdsd.verifiers.estimate import AcceptanceEstimate, estimate_acceptance
 from mdsd.verifiers.greedy import GreedyVerifier
 from mdsd.verifiers.kseq import KSeqVerifier
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
+from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.rrs import RRSVerifier
 from mdsd.verifiers.rrsw import RRSwVerifier
 from mdsd.verifiers.single import SingleDraftVerifier
@@ -52,6 +56,7 @@ _CLASSES: dict[str, type[Verifier]] = {
         SpecHubVerifier,
         GreedyVerifier,
         TopKVerifier,
+        OptimalVerifier,
     )
 }
 VERIFIERS: tuple[str, ...] = tuple(_CLASSES)
@@ -78,11 +83,21 @@ def supports(name: str, k: int) -> bool:
     return verifier_class(name).supports_k(k)
 
 
-def verifier(name: str, k: int) -> Verifier:
+def verifier(name: str, k: int, law: str | DraftLaw | None = None) -> Verifier:
     """The verifier ``name`` (one of :data:`VERIFIERS`) for ``k`` drafts.
+
+    ``law`` picks the draft law of verifiers that take one ("optimal": "iid", "wor" or a
+    :class:`mdsd.DraftLaw`); the others have a fixed law and refuse it.
 
     >>> v = verifier("spechub", 2)
     >>> v.name, v.k, v.law.name
     ('spechub', 2, 'hub')
+    >>> verifier("optimal", 3, law="wor").law.name
+    'without_replacement'
     """
-    return verifier_class(name)(k)
+    cls = verifier_class(name)
+    if law is None:
+        return cls(k)
+    if "law" not in inspect.signature(cls.__init__).parameters:
+        raise ValueError(f"verifier {name!r} has a fixed draft law; law={law!r} is only for 'optimal'")
+    return cls(k, law=law)

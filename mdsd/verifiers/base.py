@@ -96,6 +96,7 @@ class Verifier(ABC):
 
     name: ClassVar[str] = "verifier"
     supported_k: ClassVar[frozenset[int] | None] = None
+    sync_free: ClassVar[bool] = True  # the kernels never wait for the device (False: they read values back)
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
@@ -109,6 +110,10 @@ class Verifier(ABC):
     def supports_k(cls, k: int) -> bool:
         """Whether this verifier runs with ``k`` drafts."""
         return cls.supported_k is None or k in cls.supported_k
+
+    def _uniform_columns(self) -> int:
+        """Columns of ``Uniforms.accept`` one draft tuple consumes (default k; hook for wider rules)."""
+        return self.k
 
     def __repr__(self) -> str:
         return f"verifier({self.name!r}, k={self.k})"
@@ -219,7 +224,7 @@ class Verifier(ABC):
         than the drafts, e.g. one pair [V] for many draft tuples [N, k]. See :meth:`verify_unchecked`.
         """
         pt, qt, dt = self._inputs(p, q, drafts)
-        u = draw_uniforms(tuple(dt.shape[:-1]), self.k, generator, pt.device)
+        u = draw_uniforms(tuple(dt.shape[:-1]), self._uniform_columns(), generator, pt.device)
         tokens = self._tokens(pt, qt, dt, u)
         return tokens, first_match(dt, tokens)
 
@@ -235,7 +240,7 @@ class Verifier(ABC):
         [*B, k + 1] from ``generator`` per call. No validation, no host synchronisation; on
         degenerate rows (a draft with q = 0) the token is a draw of p.
         """
-        u = draw_uniforms(tuple(drafts.shape[:-1]), self.k, generator, p.device)
+        u = draw_uniforms(tuple(drafts.shape[:-1]), self._uniform_columns(), generator, p.device)
         tokens = self._tokens(p, q, drafts, u)
         return tokens, first_match(drafts, tokens)
 
@@ -254,7 +259,7 @@ class Verifier(ABC):
             return self._verify_block(p, q, drafts, u)
         n, rows = p.shape[-1], math.prod(batch)
         p, q, drafts = p.reshape(rows, n), q.reshape(rows, n), drafts.reshape(rows, self.k)
-        u = Uniforms(u.accept.reshape(rows, self.k), u.residual.reshape(rows))
+        u = Uniforms(u.accept.reshape(rows, u.accept.shape[-1]), u.residual.reshape(rows))
         out = [
             self._verify_block(p[a:b], q[a:b], drafts[a:b], u.rows(a, b))
             for a, b in zip(starts, [*starts[1:], rows], strict=True)
@@ -313,7 +318,7 @@ class Verifier(ABC):
                 drafts = top_k(qt, self.k).expand(rows, self.k)
             else:
                 drafts = self.law._sample(qt, generator, (rows,))
-            u = draw_uniforms((rows,), self.k, generator, pt.device)
+            u = draw_uniforms((rows,), self._uniform_columns(), generator, pt.device)
             out = self._verify_block(pt, qt, drafts, u)
             tokens.append(out)
             accepted.append(first_match(drafts, out))

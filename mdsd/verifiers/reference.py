@@ -128,6 +128,60 @@ def reference_topk(p, q, drafts, accept, residual):
     return _draw(p, residual)
 
 
+def _optimal_law(p, q, k):
+    """Tokens by p/q descending and the optimal i.i.d. selection law F in that order."""
+    ratio = np.array([p[y] / q[y] if q[y] > 0 else (np.inf if p[y] > 0 else -np.inf) for y in range(p.size)])
+    order = np.argsort(-ratio, kind="stable")
+    ps, qs = p[order], q[order]
+    tail_p = np.append(np.cumsum(ps[::-1])[::-1], 0.0)
+    tail_q = np.append(np.cumsum(qs[::-1])[::-1], 0.0)
+    h = tail_p - tail_q**k  # g(P_i) − p(P_i) from the tails, i = 0..n
+    top = np.minimum.accumulate(h)
+    bottom = np.minimum.accumulate(h[::-1])[::-1]
+    return order, np.maximum(ps - (top[:-1] - top[1:]) + (bottom[1:] - bottom[:-1]), 0.0)
+
+
+def _crossings(dq, df, tail, k):
+    """Remaining depths x at which a window of mass dq has value df, the remaining mass below the window
+    being a = tail − x: (a + dq)^k − a^k = df. The left side is convex increasing in a >= 0, so Newton's
+    method from the upper bound (df / (k dq))^(1/(k−1)) decreases monotonically to the root (vectors)."""
+    a = (df / (k * dq)) ** (1.0 / (k - 1))
+    for _ in range(100):
+        f = (a + dq) ** k - a**k - df
+        step = np.where(f > 0, f / (k * ((a + dq) ** (k - 1) - a ** (k - 1))), 0.0)
+        if not np.any(step > 1e-17 * a):
+            break
+        a = np.maximum(a - step, 0.0)
+    return np.where(dq**k >= df, tail, tail - a)
+
+
+def reference_optimal(p, q, drafts, accept, residual):
+    """The i.i.d. priority layout: each draft's depth from its token's pieces, least depth selected."""
+    k = len(drafts)
+    order, law = _optimal_law(p, q, k)
+    qs = q[order]
+    where = {int(y): i for i, y in enumerate(order)}
+    depths = []
+    for x, u in zip(drafts if k > 1 else [], accept, strict=False):
+        i = where[x]
+        prefix_q = np.append(0.0, np.cumsum(qs[:i]))  # Q_j, j = 0..i
+        dq = np.cumsum(qs[i::-1])[::-1]  # mass of tokens j..i
+        df = np.cumsum(law[i::-1])[::-1]
+        tail = qs[i + 1 :].sum()
+        top = min(max(_crossings(dq, df, tail, k).max(), 0.0), tail)
+        t = top + u * qs[i]
+        score = (tail - t + dq) ** k - (tail - t) ** k - df
+        j = int(np.flatnonzero(score == score.max())[-1])
+        depths.append(t + prefix_q[j])
+    chosen = drafts[int(np.argmin(depths))] if k > 1 else drafts[0]
+    f = np.zeros(p.size)
+    f[order] = law
+    a = min(1.0, p[chosen] / f[chosen]) if f[chosen] > 0 else 1.0
+    if residual < a:
+        return chosen
+    return _draw(_norm_or(np.maximum(p - f, 0.0), p), (residual - a) / (1.0 - a))
+
+
 REFERENCES = {
     "single": reference_single,
     "rrs": reference_rrs,
@@ -136,6 +190,7 @@ REFERENCES = {
     "spechub": reference_spechub,
     "greedy": reference_greedy,
     "topk": reference_topk,
+    "optimal": reference_optimal,
 }
 
 

@@ -90,6 +90,7 @@ def test_k_beyond_the_vocabulary_skips_only_those_verifiers(tmp_path, capsys):
         ("rrs", 5),
         ("kseq", 5),
         ("spechub", 2),
+        ("optimal", 5),
     ]
     assert [s["verifier"] for s in out["skipped"]] == ["rrsw", "greedy", "topk"]
     assert all("needs at least 5" in s["reason"] and s["k"] == 5 for s in out["skipped"])

@@ -16,7 +16,7 @@ P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
 
 
 def test_registry():
-    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk")
+    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk", "optimal")
     classes = [verifier_class(name) for name in mdsd.VERIFIERS]
     assert [cls.__name__ for cls in classes] == [
         "SingleDraftVerifier",
@@ -26,8 +26,9 @@ def test_registry():
         "SpecHubVerifier",
         "GreedyVerifier",
         "TopKVerifier",
+        "OptimalVerifier",
     ]
-    assert [cls.supported_k for cls in classes] == [{1}, None, None, None, {2}, None, None]
+    assert [cls.supported_k for cls in classes] == [{1}, None, None, None, {2}, None, None, None]
     # mdsd.Greedy is a law, not a verifier; each registry answers supports(name, k) for its own names
     assert set(mdsd.verifiers.__all__) & set(mdsd.laws.__all__) == {"supports"}
     for name, cls in zip(mdsd.VERIFIERS, classes, strict=True):

@@ -19,7 +19,16 @@ from mdsd.verifiers.ops import take
 
 ALPHA = 1e-3
 SAMPLES = 200_000
-STAT_GRID = [("single", 1), ("rrs", 2), ("rrsw", 2), ("kseq", 2), ("spechub", 2), ("greedy", 2), ("topk", 2)]
+STAT_GRID = [
+    ("single", 1),
+    ("rrs", 2),
+    ("rrsw", 2),
+    ("kseq", 2),
+    ("spechub", 2),
+    ("greedy", 2),
+    ("topk", 2),
+    ("optimal", 2),
+]
 
 
 def toy(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,10 @@ y ~ p, accepted iff y is one of them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from numpy.polynomial import polynomial as poly
 from scipy.optimize import brentq
 
 from mdsd.laws import ranked
@@ -117,6 +120,112 @@ def topk(p, q, xs):
     return p.copy()
 
 
+@functools.lru_cache(maxsize=64)
+def _layout(pb: bytes, qb: bytes, k: int) -> tuple[np.ndarray, dict[int, list[tuple[float, float]]]]:
+    """The optimal i.i.d. law F and every token's depth pieces, by placing the tokens one at a time.
+
+    Depth o ∈ [0, 1]; an interval [a, b] of depths has value (1 − a)^k − (1 − b)^k (the chance that the
+    least of k uniform depths falls in it). Tokens by p/q descending each take the window of the
+    remaining depths, contiguous once earlier windows are cut out, with mass q(y) and value F(y).
+    """
+    p, q = np.frombuffer(pb), np.frombuffer(qb)
+    free, pieces = [(0.0, 1.0)], {}
+    ratio = np.array([p[y] / q[y] if q[y] > 0 else (np.inf if p[y] > 0 else -np.inf) for y in range(p.size)])
+    order = np.argsort(-ratio, kind="stable")
+    h = [p[order][i:].sum() - q[order][i:].sum() ** k for i in range(p.size + 1)]
+    law = np.zeros(p.size)
+    for i, y in enumerate(order):
+        drop = min(h[: i + 1]) - min(h[: i + 2])
+        rise = min(h[i + 1 :]) - min(h[i:])
+        law[y] = max(p[y] - drop + rise, 0.0)
+    if k == 1:  # one draft: nothing to order
+        return law, pieces
+
+    def window(c, m):  # the original pieces of compressed depths [c, c + m] of the free region
+        out, at = [], 0.0
+        for a, b in free:
+            lo, hi = max(c, at), min(c + m, at + b - a)
+            if hi > lo:
+                out.append((a + lo - at, a + hi - at))
+            at += b - a
+        return out
+
+    def value(segs):
+        return sum((1 - a) ** k - (1 - b) ** k for a, b in segs)
+
+    for y in order:
+        if q[y] <= 0:
+            continue
+        room = max(sum(b - a for a, b in free) - q[y], 0.0)
+
+        def gap(c, m=q[y], target=law[y]):  # decreasing in c
+            return value(window(c, m)) - target
+
+        c = 0.0 if gap(0.0) <= 0 else (room if gap(room) >= 0 else brentq(gap, 0.0, room, xtol=1e-16))
+        pieces[int(y)] = window(c, q[y])
+        if not pieces[int(y)]:  # q(y) below the float resolution of depths: a point
+            at = next(
+                (
+                    a + c - sum(bb - aa for aa, bb in free[:i])
+                    for i, (a, b) in enumerate(free)
+                    if c <= sum(bb - aa for aa, bb in free[: i + 1])
+                ),
+                1.0,
+            )
+            pieces[int(y)] = [(at, at)]
+            continue
+        start, end = pieces[int(y)][0][0], pieces[int(y)][-1][1]  # the window's hull
+        cut = [(a, min(b, start)) for a, b in free] + [(max(a, end), b) for a, b in free]
+        free = sorted((a, b) for a, b in cut if b - a > 0)
+    return law, pieces
+
+
+def _least_depth_odds(segments: list[list[tuple[float, float]]]) -> np.ndarray:
+    """P(draft i has the least depth) for depths uniform on each draft's pieces, exactly (piecewise
+    polynomials between the breakpoints). A draft whose pieces have no length in float64 (q below the
+    resolution of depths) sits at a point, as in the sampler."""
+    mass = [sum(b - a for a, b in segs) for segs in segments]
+
+    def survive(i, o):  # P(depth_i > o), o a point
+        if mass[i] == 0:
+            return float(segments[i][0][0] > o)
+        return 1.0 - sum(max(0.0, min(b, o) - a) for a, b in segments[i]) / mass[i]
+
+    odds = np.zeros(len(segments))
+    for i in (i for i in range(len(segments)) if mass[i] == 0):
+        odds[i] = np.prod([survive(j, segments[i][0][0]) for j in range(len(segments)) if j != i])
+    cuts = sorted({e for segs in segments for seg in segs for e in seg})
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        mid = 0.5 * (lo + hi)
+        dens = [
+            float(m > 0 and any(a <= mid <= b for a, b in segs)) / (m or 1.0)
+            for segs, m in zip(segments, mass, strict=True)
+        ]
+        # P(depth_j > o) on [lo, hi]: 1 − (mass below lo + dens_j (o − lo)); constant for points
+        lines = [np.array([survive(j, lo) + dens[j] * lo, -dens[j]]) for j in range(len(segments))]
+        for i, d in enumerate(dens):
+            if d > 0:
+                f = np.array([d])
+                for j, line in enumerate(lines):
+                    if j != i:
+                        f = poly.polymul(f, line)
+                anti = poly.polyint(f)
+                odds[i] += poly.polyval(hi, anti) - poly.polyval(lo, anti)
+    return odds
+
+
+def optimal(p, q, xs):
+    k = len(xs)
+    law, pieces = _layout(p.tobytes(), q.tobytes(), k)
+    odds = _least_depth_odds([pieces[x] for x in xs]) if k > 1 else np.ones(1)
+    resid = _norm(np.maximum(p - law, 0))
+    out = np.zeros(p.size)
+    for x, w in zip(xs, odds, strict=True):
+        a = min(1.0, p[x] / law[x]) if law[x] > 0 else 1.0
+        out += w * (a * _delta(p.size, x) + (1 - a) * resid)
+    return out
+
+
 RULES = {
     "single": single,
     "rrs": rrs,
@@ -125,6 +234,7 @@ RULES = {
     "spechub": spechub,
     "greedy": greedy,
     "topk": topk,
+    "optimal": optimal,
 }
 
 

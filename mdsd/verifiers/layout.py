@@ -1,0 +1,376 @@
+r"""The priority layout: an exact selection rule for i.i.d. drafts that reaches α* at any vocabulary size.
+
+**The rule.** Each of the k drafts draws a random *depth* o ∈ [0, 1] from a distribution that depends only
+on its token; the draft of least depth is selected, and the two-step verifier (MATH.md §6,
+:mod:`mdsd.verifiers.twostep`) accepts it against p. The depth distributions come from one *layout*: the
+unit interval is cut into pieces, token y owns pieces of total length q(y), and a draft of y draws its
+depth uniformly from y's pieces. A random draft then has a uniform depth (the pieces tile [0, 1]), so the
+least of k i.i.d. depths has density k (1 − o)^{k−1}, and
+
+.. math:: F(y) = P(\text{the selected draft is } y) = \int_{\text{pieces of } y} k (1 - o)^{k-1}\,do,
+
+the *value* of y's pieces (a depth interval [a, b] has value (1 − a)^k − (1 − b)^k).
+
+**Every base has a layout.** Let g(A) = 1 − (1 − q(A))^k and G(x) = 1 − (1 − x)^k, the value of the top
+x of the depths. F is a base if F(A) ≤ g(A) for every token set A and F(V) = 1. Place the tokens one at a
+time, each on the window of the remaining depths that is contiguous once earlier windows are cut out,
+holds mass q(y) and has value F(y). Sliding it down moves its value continuously and monotonically from
+the top value of the remaining depths to the bottom value, and F(y) lies in between when the rest of F
+is a base of what remains; after placing a set J of tokens the value of the top x of what remains is
+
+.. math:: G_J(x) = \min_{J' \subseteq J} G(x + q(J')) - F(J'),
+
+which keeps F on the other tokens a base (induction: each placement gives G_{J∪y}(x) = min(G_J(x),
+G_J(x + q(y)) − F(y)), the window lying above or across the top x).
+
+**The target** is the base
+
+.. math:: F(y_i) = p(y_i) - (m_{i-1} - m_i) + (S_i - S_{i-1}), \quad
+          h_i = g(P_i) - p(P_i), \ m_i = \min_{j \le i} h_j, \ S_i = \min_{j \ge i} h_j,
+
+with y_1, y_2, … the tokens by p/q descending, P_i = {y_1..y_i} and μ = min_i h_i: p minus the drops of
+the running minimum of h from the top, plus its rises from the bottom. Drops happen only up to the
+argmin i* (the side B* = P_{i*} of Hu et al.'s min-cut), rises only after it (A*). So F(P_i) = p(P_i) +
+m_i + S_i − μ = p(P_i) + max(m_i, S_i) ≤ g(P_i) (every prefix is feasible; all sets are checked by
+enumeration in the tests), F ≥ g(P_i) − g(P_{i−1}) ≥ 0 at a drop, F(B*) = g(B*), F ≤ p on B* and F ≥ p on
+A*, hence Σ min(F, p) = g(B*) + p(A*) = α*(p, IID(k)) (Hu et al., ICLR 2025): the verifier is optimal.
+Rejections only happen on A* tokens while B* owns the top q(B*) of the depths, and the residual (p − F)+
+lives on B*: it never lands on a draft, so the acceptance is exactly Σ min(F, p).
+
+**Closed form.** Place the tokens by p/q descending. With Q_j = q(P_j), D_j = F(P_j), T_j = 1 − Q_j, a
+remaining depth at remaining-mass x below the top, before token y_l is placed, has exactly the tokens
+P_j above it, j = j_l(x) (the set above a remaining depth is a prefix: checked against the sequential
+construction in the tests), so G_J is a minimum over prefixes and
+
+.. math:: j_l(x) = \arg\max_{j < l} \; D_j + (T_j - x)^k, \qquad o = x + Q_{j_l(x)},
+          \qquad s_l = \inf\{x \ge 0 : D_l + (T_l - x)^k \ge \max_{j < l} D_j + (T_j - x)^k\},
+
+s_l the top of y_l's window. Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows
+form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify
+time only the k drafted tokens are needed: s_l = max_j (crossing of curves j and l), found by jumping
+from crossing to crossing (each a lower bound of s_l), then each draft's depth by one arg max: O(V) per
+draft after the O(V log V) sort (:func:`window_tops`, :func:`draft_depths`). The selection law of these
+pieces is checked against F by exact integration over every draft tuple in the tests.
+
+All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
+numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
+moves its selection probability by at most its own mass times ~1e-16 / (a neighbour's mass).
+
+References: Khisti et al., "Multi-Draft Speculative Sampling: Canonical Architectures and Theoretical
+Limits", ICLR 2025 (the two-step form); Hu et al., "Towards Optimal Multi-draft Speculative Decoding",
+ICLR 2025 (the min-cut dual); Thomas & Pal, "Global Resolution", ICLR 2026 (bases of g as selection laws).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "IIDLayout",
+    "iid_layout",
+    "window_tops",
+    "draft_depths",
+    "PairLayout",
+    "pair_layout",
+    "pair_depths",
+]
+
+NEWTON_STEPS = 200  # cap on Newton steps and on jumps (each moves monotonically towards its root)
+CHUNK = 1 << 23  # elements of one [queries, V + 1] working array (float64: 64 MiB)
+SCREEN = 1e-14  # margin of the screening passes: well above the ~1e-16 rounding of curves of size <= 2
+SPARSE = 4096  # curves per token, at most, scanned sparsely; above that, jumps scan all of them
+
+
+@dataclass(frozen=True)
+class IIDLayout:
+    """The sorted quantities of the priority layout for rows p, q [R, V] (flattened rows), float64.
+
+    Per row: tokens by p/q descending (``order``), each token's place in that order (``rank``), sorted q
+    and F (``q_sorted``, ``f_sorted``), prefix sums Q_j = ``prefix_q[:, j]`` and D_j = ``prefix_f[:, j]``
+    (j = 0..V), tails T_j = ``tail_q[:, j]`` (mass after the first j, summed from the end) and the
+    selection law F in token order (``target``).
+    """
+
+    k: int
+    order: torch.Tensor  # [R, V]
+    rank: torch.Tensor  # [R, V]
+    q_sorted: torch.Tensor  # [R, V]
+    f_sorted: torch.Tensor  # [R, V]
+    prefix_q: torch.Tensor  # [R, V + 1]
+    prefix_f: torch.Tensor  # [R, V + 1]
+    tail_q: torch.Tensor  # [R, V + 1]
+    target: torch.Tensor  # [R, V]
+
+
+def _tail(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i >= j} x_i, summed from the end
+    return torch.cat([x.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(x[:, :1])], dim=-1)
+
+
+def _prefix(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i < j} x_i
+    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)], dim=-1)
+
+
+def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
+    """Sort rows p, q [R, V] by p/q descending and compute the optimal selection law F (module docstring).
+
+    Tokens with q = 0 and p > 0 come first (ratio ∞, F = 0: never drafted); ties keep token order.
+
+    >>> lay = iid_layout(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.5]]), 2)
+    >>> lay.target.tolist()  # token 0 is selected whenever drafted: 1 − (1/2)²
+    [[0.75, 0.25]]
+    """
+    p, q = p.double(), q.double()
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=p.device)
+    ratio = torch.where(
+        q > 0, p / q.clamp_min(torch.finfo(torch.float64).tiny), torch.where(p > 0, inf, -inf)
+    )
+    order = torch.sort(ratio, dim=-1, descending=True, stable=True).indices
+    ps, qs = p.gather(-1, order), q.gather(-1, order)
+    tail_q = _tail(qs)
+    h = _tail(ps) - tail_q.pow(k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, both as tails
+    top = torch.cummin(h, dim=-1).values  # m_j
+    bottom = torch.cummin(h.flip(-1), dim=-1).values.flip(-1)  # S_j
+    f_sorted = (ps - (top[:, :-1] - top[:, 1:]) + (bottom[:, 1:] - bottom[:, :-1])).clamp_min(0.0)
+    places = torch.arange(order.shape[-1], device=p.device).expand_as(order)
+    return IIDLayout(
+        k=k,
+        order=order,
+        rank=torch.empty_like(order).scatter_(-1, order, places),
+        q_sorted=qs,
+        f_sorted=f_sorted,
+        prefix_q=_prefix(qs),
+        prefix_f=_prefix(f_sorted),
+        tail_q=tail_q,
+        target=torch.empty_like(f_sorted).scatter_(-1, order, f_sorted),
+    )
+
+
+def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a + b)^k − a^k and its derivative in a, k[(a + b)^{k−1} − a^{k−1}], for a, b ≥ 0 without
+    cancellation: b Σ_{m<k} (a + b)^m a^{k−1−m} (all terms positive)."""
+    c = a + b
+    s, s_prev, a_pow = torch.ones_like(c), torch.zeros_like(c), torch.ones_like(a)
+    for _ in range(k - 1):  # s_n = c s_{n−1} + a^n, n = 1..k−1; s_prev ends as s_{k−2}
+        a_pow = a_pow * a
+        s_prev, s = s, c * s + a_pow
+    return b * s, k * b * s_prev
+
+
+def _power(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x^k for an integer k >= 1 by repeated squaring (in place on ``x``; fewer passes than pow)."""
+    result = None
+    while True:
+        if k & 1:
+            result = x.clone() if result is None else result.mul_(x)
+        k >>= 1
+        if not k:
+            return result
+        x = x.mul_(x) if result is not None else x.mul(x)
+
+
+def _curves(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """(a + Q_l − Q_j)^k + D_j for every prefix j = 0..V of rows ``rows`` [N] (l = pos + 1, a [N]): the
+    curves j at remaining depth T_l − a up to one constant per row, −inf for j >= l. [N, V + 1]; plain
+    powers (absolute error ~1e-16), for arg max and for screening only."""
+    shared = bool((rows == rows[0]).all())  # one node's drafts: broadcast its row, no copies
+    prefix_q = lay.prefix_q[rows[:1]] if shared else lay.prefix_q[rows]
+    prefix_f = lay.prefix_f[rows[:1]] if shared else lay.prefix_f[rows]
+    top = (a + lay.prefix_q[rows, pos + 1]).unsqueeze(-1)  # a + Q_l
+    value = _power((top - prefix_q).clamp_min_(0.0), lay.k).add_(prefix_f)
+    j = torch.arange(prefix_q.shape[-1], device=pos.device)
+    return value.masked_fill_(j > pos.unsqueeze(-1), -math.inf)
+
+
+def _chunks(count: int, n: int):
+    """Slices of queries whose [queries, n + 1] working arrays hold at most CHUNK elements."""
+    step = max(1, CHUNK // (n + 1))
+    return (slice(start, start + step) for start in range(0, count, step))
+
+
+def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) -> torch.Tensor:
+    """Remaining depths where a token's curve overtakes that of a prefix j, for tensors of
+    dq = Q_l − Q_j, df = D_l − D_j and the tail below = T_l: the x with (below − x + dq)^k −
+    (below − x)^k = df. Newton on a = below − x from the upper bound (df / (k dq))^(1/(k−1)) decreases
+    monotonically (the left side is convex increasing in a); −inf where dq = 0 in float64."""
+    mass = dq > 0
+    dq = torch.where(mass, dq, 1.0)
+    a = (df / (k * dq)).pow(1.0 / (k - 1))
+    for _ in range(NEWTON_STEPS):
+        rise, slope = _rise(a, dq, k)
+        step = torch.where(rise > df, (rise - df) / slope.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+        if not bool((step > 1e-16 * a).any()):
+            break
+        a = (a - step).clamp_min(0.0)
+    return torch.where(mass, torch.where(df <= dq.pow(k), below, below - a), -math.inf)
+
+
+def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
+
+    s_l is the largest crossing of token l's curve x ↦ D_l + (T_l − x)^k with an earlier one (x ↦ D_j +
+    (T_j − x)^k, j < l), clamped to [0, T_l]. Start from a lower bound x (the crossings with j = 0 and
+    j = l − 1); while some curve j* lies above the token's at x, jump to their crossing (exact, by
+    Newton's method), a larger lower bound. Each curve difference decreases in x, so a curve below the
+    token's never rises above it again: once screening passes over all j (plain powers, with a margin
+    far above their rounding) leave few curves that may still be above, the jumps scan those alone.
+    """
+    out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
+        r, at = rows[sl], pos[sl]
+        below, end_q, end_f = lay.tail_q[r, at + 1], lay.prefix_q[r, at + 1], lay.prefix_f[r, at + 1]
+        own = _crossings(lay.q_sorted[r, at], lay.f_sorted[r, at], below, lay.k)  # j = l − 1
+        whole = _crossings(end_q, end_f, below, lay.k)  # j = 0
+        x = torch.minimum(torch.maximum(torch.maximum(own, whole), torch.zeros_like(own)), below)
+        for _ in range(NEWTON_STEPS):  # jumps over all curves while many lie above the token's
+            level = (below - x).pow(lay.k) + end_f  # the token's curve at x (up to the row constant)
+            above = _curves(lay, r, at, below - x) - level.unsqueeze(-1)
+            if int((above > -SCREEN).sum()) <= SPARSE * at.numel():
+                break
+            best, j = above.max(-1)
+            cross = _crossings(end_q - lay.prefix_q[r, j], end_f - lay.prefix_f[r, j], below, lay.k)
+            moved = (best > 0) & (cross > x)
+            if not bool(moved.any()):
+                break
+            x = torch.where(moved, torch.minimum(cross, below), x)
+        query, j = (above > -SCREEN).nonzero(as_tuple=True)
+        cand_q, cand_f = lay.prefix_q[r[query], j], lay.prefix_f[r[query], j]
+        for _ in range(NEWTON_STEPS):
+            a = (below - x)[query]
+            gap = (
+                (a + end_q[query] - cand_q).clamp_min(0.0).pow(lay.k) - a.pow(lay.k) - (end_f[query] - cand_f)
+            )
+            keep = gap > -SCREEN
+            query, gap, cand_q, cand_f = query[keep], gap[keep], cand_q[keep], cand_f[keep]
+            if query.numel() == 0:
+                break
+            psi = torch.full_like(x, -math.inf).scatter_reduce(0, query, gap, "amax")
+            top = torch.zeros_like(query).scatter_(0, (gap == psi[query]).nonzero().squeeze(-1), 1).bool()
+            who = torch.full_like(x, -1, dtype=torch.long).scatter_(0, query[top], top.nonzero().squeeze(-1))
+            live = (who >= 0) & (psi > 0)
+            if not bool(live.any()):
+                break
+            pick = who[live]
+            cross = _crossings(end_q[live] - cand_q[pick], end_f[live] - cand_f[pick], below[live], lay.k)
+            moved = cross > x[live]
+            if not bool(moved.any()):
+                break
+            x[live] = torch.where(moved, torch.minimum(cross, below[live]), x[live])
+        out[sl] = x
+    return out
+
+
+def draft_depths(
+    lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, tops: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """Depth o = t + Q_{j_l(t)} of drafts at sorted positions ``pos`` [N] with window tops ``tops`` [N]
+    and uniforms ``u`` [N]: t = s_l + u q(y_l), j_l(t) = arg max_{j<l} D_j + (T_j − t)^k, the last
+    maximiser (the layout is right-continuous in t)."""
+    out = torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1]):
+        r, at = rows[sl], pos[sl]
+        t = tops[sl] + u[sl] * lay.q_sorted[r, at]
+        curves = _curves(lay, r, at, lay.tail_q[r, at + 1] - t)
+        j = (curves.shape[-1] - 1) - curves.flip(-1).argmax(-1)  # the last maximiser
+        out[sl] = t + lay.prefix_q[r, j]
+    return out
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """The whole layout of one pair (all tokens), for drawing many drafts of one (p, q).
+
+    The token at sorted position i owns remaining depths [s_i, s_i + q_i) (``tops[i]`` = s_i);
+    ``piece_t[ptr[i]:ptr[i+1]]`` are the remaining depths where its pieces start (the first is s_i) and
+    ``piece_j`` the prefix lengths j above them, so a draft at remaining depth t lies at depth t + Q_j.
+    """
+
+    tops: torch.Tensor  # [V]
+    ptr: torch.Tensor  # [V + 1]
+    piece_t: torch.Tensor  # [P]
+    piece_j: torch.Tensor  # [P]
+
+
+def _crossing(dq: float, df: float, below: float, k: int) -> float:
+    """Remaining depth x where the curve of a token (tail ``below`` under it) overtakes that of the
+    prefix j: (below − x + dq)^k − (below − x)^k = df with dq = Q_l − Q_j, df = D_l − D_j. Newton on
+    a = below − x from an upper bound (the left side is convex increasing in a)."""
+    if dq <= 0.0:  # the prefixes differ by no mass (in float64): the later curve is never below
+        return -math.inf
+    if df <= dq**k:  # even a = 0 gives at least df: the later curve wins from x = below on
+        return below
+    a = (df / (k * dq)) ** (1.0 / (k - 1))  # k a^{k−1} dq <= left side: an upper bound on the root
+    for _ in range(100):
+        c, s, s_prev, a_pow = a + dq, 1.0, 0.0, 1.0
+        for _ in range(k - 1):
+            a_pow *= a
+            s_prev, s = s, c * s + a_pow
+        f = dq * s - df
+        step = f / (k * dq * s_prev) if f > 0.0 and s_prev > 0.0 else 0.0
+        if step <= a * 1e-16:
+            break
+        a = max(a - step, 0.0)
+    return below - a
+
+
+def pair_layout(lay: IIDLayout, row: int = 0) -> PairLayout:
+    """All windows and pieces of row ``row`` by the convex-hull-trick stack: O(V) crossings, one pass.
+
+    The stack holds curves j (prefix lengths) with the remaining depth where each becomes the maximum;
+    pushing token i's curve pops those it overtakes before their start. The envelope just before the push
+    gives token i's pieces: they begin at s_i and at every popped start inside its window.
+    """
+    k = lay.k
+    qs = lay.q_sorted[row].tolist()
+    tails = lay.tail_q[row].tolist()
+    sum_q, sum_f = lay.prefix_q[row].tolist(), lay.prefix_f[row].tolist()
+    stack_j, stack_x = [0], [-math.inf]
+    tops, ptr, piece_t, piece_j = [0.0] * len(qs), [0], [], []
+    for i, qi in enumerate(qs):
+        if qi <= 0.0:  # never drafted: no window, no curve
+            ptr.append(len(piece_t))
+            continue
+        popped = []
+        while True:
+            j = stack_j[-1]
+            x = _crossing(sum_q[i + 1] - sum_q[j], sum_f[i + 1] - sum_f[j], tails[i + 1], k)
+            if len(stack_j) > 1 and stack_x[-1] >= x:
+                popped.append((stack_x.pop(), stack_j.pop()))
+                continue
+            break
+        s = min(max(x, 0.0), tails[i + 1])
+        tops[i] = s
+        cover, inside = stack_j[-1], []
+        for start, jj in reversed(popped):  # increasing starts
+            if start <= s:
+                cover = jj
+            elif start < s + qi:
+                inside.append((start, jj))
+        piece_t += [s] + [start for start, _ in inside]
+        piece_j += [cover] + [jj for _, jj in inside]
+        ptr.append(len(piece_t))
+        stack_j.append(i + 1)
+        stack_x.append(s)
+    dev = lay.q_sorted.device
+    return PairLayout(
+        tops=torch.tensor(tops, dtype=torch.float64, device=dev),
+        ptr=torch.tensor(ptr, dtype=torch.long, device=dev),
+        piece_t=torch.tensor(piece_t, dtype=torch.float64, device=dev),
+        piece_j=torch.tensor(piece_j, dtype=torch.long, device=dev),
+    )
+
+
+def pair_depths(lay: IIDLayout, pair: PairLayout, pos: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Depths of drafts at sorted positions ``pos`` [N] with uniforms ``u`` [N], from a :class:`PairLayout`
+    (row 0): t = s_l + u q(y_l), the piece holding t by binary search, o = t + Q_j."""
+    t = pair.tops[pos] + u * lay.q_sorted[0, pos]
+    lo, hi = pair.ptr[pos].clone(), pair.ptr[pos + 1] - 1  # the pieces of each draft's token
+    while bool((lo < hi).any()):  # the last piece starting at or before t
+        live = lo < hi
+        mid = (lo + hi + 1) // 2
+        up = pair.piece_t[mid.clamp_max(pair.piece_t.numel() - 1)] <= t
+        lo = torch.where(live & up, mid, lo)
+        hi = torch.where(live & ~up, mid - 1, hi)
+    return t + lay.prefix_q[0, pair.piece_j[lo]]

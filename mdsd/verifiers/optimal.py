@@ -1,0 +1,265 @@
+"""The optimal verifier: the two-step verifier (MATH.md §6) with a selection rule that reaches α*.
+
+* i.i.d. drafts, any vocabulary and k: the priority layout of :mod:`mdsd.verifiers.layout` (each draft
+  draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form
+  and Σ min(F, p) = α*; no residual ever lands on a draft, so the acceptance is exactly α*.
+* any other law (without replacement, Joint, hub, ...) on a small network (at most :data:`FLOW_TUPLES`
+  draft tuples): the rule read off an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)),
+  with F summed back from the rule, so the verifier is lossless whatever the solver's tolerance and
+  optimal up to it.
+* drafts without replacement beyond that size: not exactly optimal. The drafts are turned into k i.i.d.
+  drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
+  of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
+  acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
+  :meth:`OptimalVerifier.acceptance` refuses to guess it there (use :func:`mdsd.estimate_acceptance`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from mdsd.laws import IID, DraftLaw, WithoutReplacement
+from mdsd.otm.solve import solve_otm
+from mdsd.validation import check_k
+from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.ops import Uniforms, take
+from mdsd.verifiers.twostep import selection_acceptance, two_step
+
+__all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
+
+FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
+_MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
+_SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
+ROWS = 32  # rows of p, q laid out at a time
+
+
+def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ...], tuple[float, np.ndarray]]:
+    """The selection rule of an optimal flow: {x̄: (Q(x̄), s(· | x̄) [n])}, rows summing to at most 1.
+
+    >>> rule = flow_rule(np.array([1.0, 0.0]), np.array([0.5, 0.5]), IID(2))
+    >>> {x: s.tolist() for x, (w, s) in rule.items()}[(0, 1)]  # a pair holding token 0 selects it
+    [1.0, 0.0]
+    """
+    joint = law.joint(q)
+    method = "maxflow" if len(joint) <= _MAXFLOW_TUPLES else "lp"
+    flow = solve_otm(p, q, law, method=method).flow or {}
+    table = {x: (w, np.zeros(p.size)) for x, w in joint.items()}
+    for (x, y), f in flow.items():
+        table[x][1][y] += f / joint[x]
+    for _, s in table.values():
+        np.clip(s, 0.0, None, out=s)
+        total = s.sum()
+        if total > 1.0:
+            s /= total
+    return table
+
+
+def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
+    m = int(np.count_nonzero(q))
+    if isinstance(law, WithoutReplacement):
+        return float(math.prod(range(m - law.k + 1, m + 1)))
+    if hasattr(law, "table"):
+        return float(len(law.table))
+    return float(m) ** law.k
+
+
+class OptimalVerifier(Verifier):
+    r"""Two-step verifier whose selection rule attains the optimal acceptance α*(p, Q).
+
+    Select one draft with the rule of the module docstring, accept it with probability
+    min(1, p(z)/F(z)), else emit a draw of norm((p − F)+). For i.i.d. drafts, with h_i = g(P_i) − p(P_i)
+    over the tokens by p/q descending,
+
+    .. math:: \alpha = \sum_y \min(F(y), p(y)) = 1 - \max_i \bigl[(1 - q(P_i))^k - (1 - p(P_i))\bigr]
+              = \alpha^*(p, \mathrm{IID}(k)).
+
+    Parameters
+    ----------
+    k : int
+        Drafts per step.
+    law : str or DraftLaw
+        ``"iid"`` (default), ``"wor"`` / ``"without_replacement"``, or any :class:`mdsd.DraftLaw` with
+        ``k`` drafts (exact on networks of at most ``flow_tuples`` tuples).
+    flow_tuples : int
+        Largest network (draft tuples) solved for an optimal flow (laws other than i.i.d.).
+
+    >>> from mdsd.verifiers import verifier
+    >>> verifier("optimal", 2).acceptance([1.0, 0.0], [0.5, 0.5])
+    0.75
+    """
+
+    name = "optimal"
+    sync_free = False  # layouts are built a block of rows at a time, flows solved on the host
+
+    def __init__(self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES) -> None:
+        self._law_spec = law
+        self.flow_tuples = check_k(flow_tuples, "flow_tuples", minimum=0)
+        self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
+        super().__init__(k)
+
+    def __repr__(self) -> str:
+        return f"verifier({self.name!r}, k={self.k}, law={self.law.name!r})"
+
+    def _law(self, k):
+        spec = self._law_spec
+        if isinstance(spec, DraftLaw):
+            if spec.k != k:
+                raise ValueError(f"law {spec!r} draws {spec.k} drafts, but k = {k}")
+            return spec
+        names = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}
+        if spec not in names:
+            raise ValueError(f"law must be 'iid', 'wor' or a mdsd.DraftLaw; got {spec!r}")
+        return names[spec](k)
+
+    def _uniform_columns(self) -> int:
+        # i.i.d.: one depth per draft (+ the accept/residual uniform); the without-replacement fallback
+        # also decides k − 1 repeats and picks each repeat
+        return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
+
+    def _small(self, q: np.ndarray) -> bool:
+        return _tuple_count(q, self.law) <= self.flow_tuples
+
+    # -- acceptance ---------------------------------------------------------------------------------------
+
+    def _acceptance(self, p, q):
+        if isinstance(self.law, IID):
+            law = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], self.k).target[0].numpy()
+            return float(np.minimum(law, p).sum())
+        if self._small(q):
+            return selection_acceptance(p, flow_rule(p, q, self.law))[0]
+        if isinstance(self.law, WithoutReplacement):
+            raise ValueError(
+                f"{self!r} on {np.count_nonzero(q)} tokens runs the i.i.d. fallback (more than "
+                f"{self.flow_tuples} draft tuples), whose exact acceptance is not available: it lies between "
+                "optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, WithoutReplacement(k)); "
+                "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
+            )
+        raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
+
+    # -- sampling -----------------------------------------------------------------------------------------
+
+    def _check_drafts(self, q, drafts):
+        super()._check_drafts(q, drafts)
+        if isinstance(self.law, WithoutReplacement):
+            same = (drafts.unsqueeze(-1) == drafts.unsqueeze(-2)).sum((-1, -2))
+            if bool((same > self.k).any()):
+                raise ValueError("drafts without replacement must be distinct tokens")
+
+    def _verify(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The two-step rule emits the token itself: it is the proposal, always "accepted"; on the
+        base class's degenerate rows (q with fewer than k tokens, drafts without replacement) the
+        residual is a draw of p."""
+        tokens = self._emit(rows.p, rows.q, rows.drafts, rows.u)
+        residual = tokens if rows.degenerate is None else rows.draw_p()
+        return tokens, torch.ones_like(tokens, dtype=torch.bool), residual
+
+    def _emit(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
+        if isinstance(self.law, IID):
+            return self._verify_iid(p, q, drafts, u.accept[..., : self.k], u.residual)
+        rows_p = p.reshape(-1, p.shape[-1]).double().cpu().numpy()
+        rows_q = q.reshape(-1, q.shape[-1]).double().cpu().numpy()
+        if all(self._small(row / row.sum()) for row in rows_q):
+            return self._verify_flow(p, q, drafts, u, rows_p, rows_q)
+        if isinstance(self.law, WithoutReplacement):
+            return self._verify_wor_fallback(p, q, drafts, u)
+        raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
+
+    def _verify_iid(self, p, q, drafts, u_depth, u_emit) -> torch.Tensor:
+        batch, n = drafts.shape[:-1], p.shape[-1]
+        if p.ndim == 1:  # one pair (a node, or simulate): its layout is cached
+            lay, pair = self._layout(p, q)
+            row = torch.zeros(batch, dtype=torch.long, device=p.device)
+            chosen = self._select(lay, pair, row, drafts, u_depth)
+            return two_step(p, lay.target[0], chosen, u_emit)
+        rows = math.prod(p.shape[:-1])  # [*Bp] rows, broadcast over the drafts' [*B]
+        row = torch.arange(rows, device=p.device).reshape(p.shape[:-1]).expand(batch).reshape(-1)
+        flat_p, flat_q = p.reshape(rows, n), q.reshape(rows, n)
+        flat_d, flat_u = drafts.reshape(-1, self.k), u_depth.reshape(-1, u_depth.shape[-1])
+        emit, out = u_emit.reshape(-1), torch.empty(row.shape, dtype=torch.long, device=p.device)
+        for start in range(0, rows, ROWS):  # a layout holds ~10 arrays of [rows, V]: bounded memory
+            mine = ((row >= start) & (row < start + ROWS)).nonzero().squeeze(-1)
+            lay = iid_layout(flat_p[start : start + ROWS], flat_q[start : start + ROWS], self.k)
+            local = row[mine] - start
+            chosen = self._select(lay, None, local, flat_d[mine], flat_u[mine])
+            if mine.numel() <= 2 * lay.order.shape[0]:  # about one draft tuple per row: gather the rows
+                out[mine] = two_step(flat_p[row[mine]], lay.target[local], chosen, emit[mine])
+                continue
+            for r in range(lay.order.shape[0]):  # many tuples per row: one call per row, p broadcast
+                at = (local == r).nonzero().squeeze(-1)
+                out[mine[at]] = two_step(flat_p[start + r], lay.target[r], chosen[at], emit[mine[at]])
+        return out.reshape(batch)
+
+    def _select(self, lay, pair, row, drafts, u) -> torch.Tensor:
+        """The draft of least depth: tokens [*B] for drafts [*B, K] of layout rows ``row`` [*B]."""
+        if self.k == 1:
+            return drafts[..., 0]
+        pos = lay.rank[row.unsqueeze(-1), drafts]  # [*B, K]
+        depth = self._depths(lay, pair, row, pos, u)
+        return drafts.gather(-1, depth.argmin(-1, keepdim=True))[..., 0]
+
+    def _layout(self, p, q):
+        """The layout of rows p, q; for one pair also its whole stack (built once, reused by simulate)."""
+        n = p.shape[-1]
+        cache = self._pair_cache
+        if cache is not None and torch.equal(cache[0], p) and torch.equal(cache[1], q):
+            return cache[2], cache[3]
+        lay = iid_layout(p.reshape(-1, n), q.reshape(-1, n), self.k)
+        if p.ndim == 1 and self.k > 1:
+            self._pair_cache = (p.clone(), q.clone(), lay, None)
+        return lay, None
+
+    def _depths(self, lay, pair, row, pos, u) -> torch.Tensor:
+        rows = row.unsqueeze(-1).expand(pos.shape).reshape(-1)
+        flat = pos.reshape(-1)
+        if lay.order.shape[0] == 1 and flat.numel() > _SHARED:
+            if pair is None:  # many drafts of one pair: build the whole stack once
+                pair = pair_layout(lay)
+                if self._pair_cache is not None and self._pair_cache[2] is lay:
+                    self._pair_cache = (*self._pair_cache[:3], pair)
+            return pair_depths(lay, pair, flat, u.reshape(-1)).reshape(pos.shape)
+        key = rows * (lay.order.shape[-1] + 1) + flat
+        uniq, inverse = torch.unique(key, return_inverse=True)
+        u_rows, u_pos = uniq // (lay.order.shape[-1] + 1), uniq % (lay.order.shape[-1] + 1)
+        tops = window_tops(lay, u_rows, u_pos)[inverse]
+        return draft_depths(lay, rows, flat, tops, u.reshape(-1)).reshape(pos.shape)
+
+    def _verify_flow(self, p, q, drafts, u, rows_p, rows_q) -> torch.Tensor:
+        batch, n = drafts.shape[:-1], p.shape[-1]
+        lead = p.shape[:-1]
+        row = torch.arange(math.prod(lead)).reshape(lead).expand(batch).reshape(-1).tolist()
+        rules, laws = [], []
+        for a, b in zip(rows_p, rows_q, strict=True):
+            rule = flow_rule(a / a.sum(), b / b.sum(), self.law)
+            rules.append(rule)
+            laws.append(selection_acceptance(a / a.sum(), rule)[1])
+        flat = drafts.reshape(-1, self.k).tolist()
+        pick = u.accept[..., 0].reshape(-1).tolist()
+        chosen = []
+        for r, x, v in zip(row, flat, pick, strict=True):
+            s = rules[r].get(tuple(x), (0.0, np.zeros(n)))[1]
+            cdf = np.cumsum(s)
+            hit = int(np.searchsorted(cdf, v, side="right"))
+            chosen.append(hit if hit < n and s[hit] > 0 else -1)  # beyond Σ s: no draft (⊥)
+        selected = torch.tensor(chosen, dtype=torch.long, device=p.device).reshape(batch)
+        law = torch.tensor(np.array(laws), dtype=torch.float64, device=p.device).reshape(*lead, n)
+        return two_step(p, law, selected, u.residual)
+
+    def _verify_wor_fallback(self, p, q, drafts, u) -> torch.Tensor:
+        k = self.k
+        repeat, which = u.accept[..., : k - 1], u.accept[..., k - 1 : 2 * k - 2]  # [*B, k−1] each
+        qd = take(q.double(), drafts)  # [*B, K]
+        iid, used = [drafts[..., 0]], torch.ones_like(drafts[..., 0])  # draws so far; distinct drafts used
+        for i in range(k - 1):
+            seen = torch.arange(k, device=p.device) < used.unsqueeze(-1)  # [*B, K]: drafts drawn so far
+            weights = torch.where(seen, qd, 0.0).cumsum(-1)  # the last entry is q(drafts drawn so far)
+            pick = (weights < (which[..., i] * weights[..., -1]).unsqueeze(-1)).sum(-1).clamp_max(k - 1)
+            again = repeat[..., i] < weights[..., -1]
+            fresh = drafts.gather(-1, used.clamp_max(k - 1).unsqueeze(-1))[..., 0]
+            iid.append(torch.where(again, drafts.gather(-1, pick.unsqueeze(-1))[..., 0], fresh))
+            used = used + (~again).long()
+        draws = torch.stack(iid, dim=-1)
+        return self._verify_iid(p, q, draws, u.accept[..., 2 * k - 2 :], u.residual)

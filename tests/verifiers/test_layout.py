@@ -1,0 +1,138 @@
+"""The priority layout: its law F is an optimal base of g, and its closed-form windows match the
+one-token-at-a-time construction (tests/verifiers/verifier_enumeration.py builds that independently)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from verifier_cases import adversarial_pair
+from verifier_enumeration import _layout, _least_depth_odds
+
+import mdsd
+from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+
+
+def _pairs(count, seed, sizes=(1, 2, 3, 4, 5, 6)):
+    rng = np.random.default_rng(seed)
+    return [adversarial_pair(rng, sizes[i % len(sizes)], i) for i in range(count)]
+
+
+def _extreme_pairs():
+    """Entries spanning 1e-300..1, one-hot rows, exact ties, disjoint supports."""
+    return [
+        (np.array([1.0, 0.0, 0.0]), np.array([1e-300, 0.5, 0.5 - 1e-300])),
+        (np.array([0.5, 0.5, 0.0, 0.0]), np.array([0.0, 0.0, 0.5, 0.5])),
+        (np.array([1e-300, 1.0 - 1e-300, 0.0]), np.array([0.25, 0.25, 0.5])),
+        (np.array([0.25, 0.25, 0.25, 0.25]), np.array([0.25, 0.25, 0.25, 0.25])),
+        (np.array([0.2, 0.2, 0.6]), np.array([0.4, 0.4, 0.2])),
+        (np.array([0.0, 1.0, 0.0, 0.0]), np.array([1.0, 1e-16, 1e-16, 0.0])),
+        (np.array([1e-12, 1e-12, 1.0 - 2e-12]), np.array([1.0 - 2e-200, 1e-200, 1e-200])),
+    ]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+def test_law_is_an_optimal_base(k):
+    """F >= 0 sums to 1, F(A) <= g(A) = 1 − (1 − q(A))^k for every token set, Σ min(F, p) = α*."""
+    for p, q in _pairs(120, seed=k) + _extreme_pairs():
+        f = iid_layout(torch.tensor(p)[None], torch.tensor(q)[None], k).target[0].numpy()
+        assert f.min() >= 0 and f.sum() == pytest.approx(1.0, abs=1e-12)
+        for size in range(1, p.size + 1):
+            for subset in itertools.combinations(range(p.size), size):
+                mask = list(subset)
+                assert f[mask].sum() <= 1.0 - (1.0 - q[mask].sum()) ** k + 1e-12
+        best = mdsd.optimal_acceptance(p, q, mdsd.IID(k), method="lp" if p.size**k <= 5000 else "dual")
+        assert np.minimum(f, p).sum() == pytest.approx(best, abs=1e-9), (p, q, k)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_selection_law_is_f_exactly(k):
+    """Integrating the least-depth rule over every draft tuple gives F, to 1e-12 (pieces from the
+    independent construction)."""
+    for p, q in _pairs(60 if k < 4 else 30, seed=10 + k, sizes=(2, 3, 4, 5) if k < 4 else (2, 3, 4)):
+        law, pieces = _layout(p.tobytes(), q.tobytes(), k)
+        f = iid_layout(torch.tensor(p)[None], torch.tensor(q)[None], k).target[0].numpy()
+        np.testing.assert_allclose(f, law, rtol=0, atol=1e-13)
+        selected = np.zeros(p.size)
+        for xs, w in mdsd.IID(k).joint(q).items():
+            for x, odds in zip(xs, _least_depth_odds([pieces[x] for x in xs]), strict=True):
+                selected[x] += w * odds
+        np.testing.assert_allclose(selected, f, rtol=0, atol=1e-12)
+
+
+def _depth_from_pieces(pieces, u):
+    """The depth at fraction u of a token's pieces, walking them from the top."""
+    total = sum(b - a for a, b in pieces)
+    left = u * total
+    for a, b in pieces:
+        if left <= b - a:
+            return a + left
+        left -= b - a
+    return pieces[-1][1]
+
+
+def _stack_pieces(lay, pair):
+    """Each token's pieces in depth, from the whole stack of row 0: {token: [(a, b), ...]}."""
+    out = {}
+    for i in range(lay.q_sorted.shape[-1]):
+        qi = float(lay.q_sorted[0, i])
+        if qi <= 0:
+            continue
+        first, last = int(pair.ptr[i]), int(pair.ptr[i + 1])
+        starts = pair.piece_t[first:last].tolist() + [float(pair.tops[i]) + qi]
+        shift = lay.prefix_q[0, pair.piece_j[first:last]].tolist()
+        out[int(lay.order[0, i])] = [
+            (a + d, b + d) for a, b, d in zip(starts, starts[1:], shift, strict=False)
+        ]
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_closed_form_windows_realise_f(k):
+    """The windows of window_tops (any batch) and the whole stack of one pair place every draft of mass above
+    1e-6 at the same depth, to 1e-9, and so does the construction of verifier_enumeration.py; and
+    integrating the least-depth rule over the stack's pieces gives F exactly, extremes included.
+    (Depths are conditioned like 1/q: F is exact to ~1e-16, and a window of mass q and value F moves by
+    ~ΔF / (k q) when F moves by ΔF, so a token of mass 1e-9 sits anywhere within ~1e-7.)"""
+    gen = torch.Generator().manual_seed(k)
+    for p, q in _pairs(40, seed=20 + k, sizes=(3, 4, 6, 9)) + _extreme_pairs():
+        lay = iid_layout(torch.tensor(p)[None], torch.tensor(q)[None], k)
+        tokens = torch.tensor([y for y in range(p.size) if q[y] > 0]).repeat(5)
+        pos = lay.rank[0, tokens]
+        u = torch.rand(pos.shape, generator=gen, dtype=torch.float64)
+        rows = torch.zeros_like(pos)
+        pair = pair_layout(lay)
+        newton = draft_depths(lay, rows, pos, window_tops(lay, rows, pos), u)
+        wide = torch.tensor(q)[tokens] > 1e-6
+        assert torch.allclose(newton[wide], pair_depths(lay, pair, pos, u)[wide], rtol=0, atol=1e-9), (p, q)
+        if p.size <= 6 and k <= 3:
+            pieces = _stack_pieces(lay, pair)
+            selected = np.zeros(p.size)
+            for xs, w in mdsd.IID(k).joint(q).items():
+                for x, odds in zip(xs, _least_depth_odds([pieces[x] for x in xs]), strict=True):
+                    selected[x] += w * odds
+            np.testing.assert_allclose(selected, lay.target[0].numpy(), rtol=0, atol=1e-12)
+        if q[q > 0].min() >= 1e-6:
+            _, built = _layout(p.tobytes(), q.tobytes(), k)
+            at = torch.tensor(
+                [_depth_from_pieces(built[int(y)], float(v)) for y, v in zip(tokens, u, strict=True)]
+            )
+            assert torch.allclose(newton, at, rtol=0, atol=1e-9), (p, q)
+
+
+def test_full_vocabulary_law_and_windows():
+    """V = 151,936: Σ min(F, p) = α* (the dual), and window_tops agrees with the whole stack."""
+    gen = torch.Generator().manual_seed(0)
+    n = 151_936
+    logits = 3 * torch.randn(n, generator=gen, dtype=torch.float64)
+    p = torch.softmax(logits, 0)
+    q = torch.softmax(logits + torch.randn(n, generator=gen, dtype=torch.float64), 0)
+    for k in (2, 8):
+        lay = iid_layout(p[None], q[None], k)
+        best = mdsd.optimal_acceptance(p.numpy(), q.numpy(), mdsd.IID(k))
+        assert float(torch.minimum(lay.target[0], p).sum()) == pytest.approx(best, abs=1e-12)
+    pos = lay.rank[0, torch.multinomial(q, 6, generator=gen)]
+    tops = window_tops(lay, torch.zeros_like(pos), pos)
+    assert torch.allclose(tops, pair_layout(lay).tops[pos], rtol=0, atol=1e-14)
