@@ -34,12 +34,13 @@ from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.draft import Pending, draft_tree
 from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
-from mdsd.tree.step import target_tree, verify_nodes, walk
+from mdsd.tree.step import target_tree, verify_nodes, verify_paths, walk
 from mdsd.tree.tree import Tree
 
 __all__ = ["TreeDecoder", "TreeDecodeOutput"]
 
 PHASES = ("draft", "target", "verify", "cache")
+PATH_RULES = ("block", "traversal")  # sequence-level verifiers (mdsd.sequence) the decoder runs
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,11 @@ class TreeDecoder:
         :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities (None: no model
         tree, with ``draft=None``).
     verifier : str
-        A name of ``mdsd.VERIFIERS``; a node with k children is verified by ``mdsd.verifier(verifier, k)``
-        (by single-draft verification when the verifier has no k = 1 form).
+        A name of ``mdsd.VERIFIERS`` (or ``NAME:LAW``, e.g. "optimal:wor"); a node with k children is
+        verified by ``mdsd.verifier(verifier, k)`` (by single-draft verification when the verifier has no
+        k = 1 form). Or a sequence-level rule of :mod:`mdsd.sequence` that verifies the whole tree of a
+        step at once: "block" (block verification of a ``Tree.chain``) or "traversal" (Traversal
+        Verification of a static tree whose children are drawn i.i.d.).
     temperature : float
         Sampling temperature T >= 0 for both models; 0 is greedy decoding (no verifier is used).
     eos_token_id : int, list of int or None
@@ -194,6 +198,16 @@ class TreeDecoder:
         self.temperature = float(temperature)
         self.vocab_size = _shared_vocab_size(target, draft if draft is not None else target)
         self.verifier_name = verifier
+        self.paths = verifier if verifier in PATH_RULES else None  # a sequence-level rule
+        if self.paths is not None and (
+            not isinstance(self.tree, Tree) or source is not None or depth is not None
+        ):
+            raise ValueError(
+                f"verifier {verifier!r} verifies a whole static mdsd.Tree per step: no DynamicTree, "
+                "source or depth policy"
+            )
+        if verifier == "block" and bool((self.tree.branching > 1).any()):
+            raise ValueError("verifier 'block' verifies a chain (Tree.chain(L)); use 'traversal' for a tree")
         self.verifiers = _node_verifiers(verifier, self.plan, self.temperature)
         widest = max(self.plan.widths, default=0)
         if widest > self.vocab_size:
@@ -272,7 +286,12 @@ class TreeDecoder:
             logits, bad_target = target_tree(self.target, t_cache, t_pending, drafted)
             bad = bad.long() | 2 * bad_target.long()
             clock.lap("target")
-            next_node, stop = verify_nodes(drafted, logits, self.verifiers, self.temperature, generator)
+            if self.paths is not None and self.temperature > 0:
+                next_node, stop = verify_paths(
+                    drafted, logits, self.paths, self.tree, self.temperature, generator
+                )
+            else:
+                next_node, stop = verify_nodes(drafted, logits, self.verifiers, self.temperature, generator)
             out = walk(drafted, next_node, stop, t_pending, d_pending)
             summary = out.host(bad)  # the step's one synchronisation
             clock.lap("verify")
@@ -468,11 +487,21 @@ def _shared_vocab_size(target: torch.nn.Module, draft: torch.nn.Module) -> int:
 
 
 def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
-    """{k: the verifier of a node with k children}; the name is checked whatever the tree (none at T = 0)."""
-    from mdsd.verifiers import VERIFIERS, verifier
+    """{k: the verifier of a node with k children}; the name is checked whatever the tree (none at T = 0).
 
-    if name not in VERIFIERS:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
+    The path rules draft with the law they verify: "block" one draft per node, "traversal" i.i.d. children
+    (the drafting kernels of "single" and "rrs")."""
+    from mdsd.verifiers import VERIFIERS, verifier, verifier_class
+
+    if name in PATH_RULES:
+        name = "single" if name == "block" else "rrs"
+    else:
+        try:
+            verifier_class(name)
+        except ValueError:
+            raise ValueError(
+                f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS + PATH_RULES)}"
+            ) from None
     if temperature == 0:
         return {}
     out = {}

@@ -6,6 +6,9 @@
   node the accepted child or the token to stop with; a forwarded leaf stops with a bonus token from p.
   Verifying nodes the walk never reaches changes nothing: each node's outcome depends only on its own p, q,
   drafts and uniforms. At T = 0 a child is accepted iff it is the target's argmax.
+* :func:`verify_paths` — instead, one sequence-level rule for the whole tree of a row (block verification on
+  a chain, Traversal Verification on a static tree; :mod:`mdsd.sequence`), encoded as the same per-node
+  accepted child and stop token.
 * :func:`walk` — follow the accepted children from the root (a loop over the depth, no host round trip):
   the accepted path, the final token (residual or bonus; none when the walk ends on a node the target did not
   see), the tokens emitted, and what each model has to keep and to read next.
@@ -22,7 +25,7 @@ import torch
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.draft import Drafted, Pending, causal, model_forward
 
-__all__ = ["target_tree", "verify_nodes", "walk", "Outcome"]
+__all__ = ["target_tree", "verify_nodes", "verify_paths", "walk", "Outcome"]
 
 
 def target_tree(
@@ -82,6 +85,45 @@ def verify_nodes(
         next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
         here = stop.gather(1, e.node)
         stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
+    return next_node, stop
+
+
+def verify_paths(
+    drafted: Drafted, logits: torch.Tensor, rule: str, tree, temperature: float, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`verify_nodes` for a sequence-level ``rule``: "block" (a chain of single drafts) or
+    "traversal" (a static tree of i.i.d. children). Every node is forwarded (T > 0, a fixed plan).
+
+    Per row the rule returns the accepted node a and the next token; the path root → a becomes the
+    accepted children and the next token the stop token of a, so :func:`walk` emits
+    ``tokens[path]`` then the next token, as the rule's step law says (MATH.md §7).
+    """
+    from mdsd.sequence.block import _verify as block_kernel
+    from mdsd.sequence.traversal import _verify as traversal_kernel
+    from mdsd.verifiers.ops import draw_uniforms
+
+    B, N = drafted.tokens.shape
+    dev, V = logits.device, logits.shape[-1]
+    fpos = torch.empty(B, N, dtype=torch.long, device=dev)
+    fpos.scatter_(1, drafted.forward, torch.arange(N, device=dev).expand(B, -1))
+    p = torch.softmax(logits.float() / temperature, dim=-1).gather(1, fpos[..., None].expand(-1, -1, V))
+    q = torch.zeros(B, N, V, dtype=p.dtype, device=dev)
+    for e in drafted.expansions:
+        q.scatter_(1, e.node[..., None].expand(-1, -1, V), e.q)
+    internal = torch.as_tensor((tree.branching > 0).nonzero()[0], device=dev)  # nodes with children
+    q = q[:, internal]
+    if rule == "block":
+        u = draw_uniforms((B,), N - 1, generator, dev)
+        accepted, token = block_kernel(p, q, drafted.tokens[:, 1:], u)  # accepted = depth = node on a chain
+    else:
+        u = draw_uniforms((B,), N, generator, dev)
+        accepted, token = traversal_kernel(p, q, tree, drafted.tokens, False, u)
+    nodes = torch.arange(N, device=dev)
+    on = drafted.ancestors.gather(1, accepted[:, None, None].expand(-1, 1, N))[:, 0] & (nodes > 0)  # [B, N]
+    next_node = torch.full((B, N), -1, dtype=torch.long, device=dev)
+    next_node.scatter_reduce_(1, drafted.parent.clamp(min=0), torch.where(on, nodes, -1), "amax")
+    stop = torch.full((B, N), -1, dtype=torch.long, device=dev)
+    stop.scatter_(1, accepted[:, None], token[:, None])
     return next_node, stop
 
 

@@ -63,15 +63,16 @@ VERIFIERS: tuple[str, ...] = tuple(_CLASSES)
 
 
 def verifier_class(name: str) -> type[Verifier]:
-    """The class registered as ``name`` (one of :data:`VERIFIERS`).
+    """The class registered as ``name`` (one of :data:`VERIFIERS`, or ``NAME:LAW`` such as "optimal:wor").
 
     >>> cls = verifier_class("spechub")
     >>> cls.__name__, cls.supports_k(2), cls.supports_k(3)
     ('SpecHubVerifier', True, False)
     """
-    if name not in _CLASSES:
+    base = name.partition(":")[0] if isinstance(name, str) else name
+    if base not in _CLASSES:
         raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
-    return _CLASSES[name]
+    return _CLASSES[base]
 
 
 def supports(name: str, k: int) -> bool:
@@ -87,15 +88,21 @@ def verifier(name: str, k: int, law: str | DraftLaw | None = None) -> Verifier:
     """The verifier ``name`` (one of :data:`VERIFIERS`) for ``k`` drafts.
 
     ``law`` picks the draft law of verifiers that take one ("optimal": "iid", "wor" or a
-    :class:`mdsd.DraftLaw`); the others have a fixed law and refuse it.
+    :class:`mdsd.DraftLaw`); the others have a fixed law and refuse it. ``name`` may carry it as
+    ``NAME:LAW`` (``"optimal:wor"``), the form the tree decoder, the CLI and the experiments take.
 
     >>> v = verifier("spechub", 2)
     >>> v.name, v.k, v.law.name
     ('spechub', 2, 'hub')
-    >>> verifier("optimal", 3, law="wor").law.name
-    'without_replacement'
+    >>> verifier("optimal", 3, law="wor").law.name, verifier("optimal:wor", 3).law.name
+    ('without_replacement', 'without_replacement')
     """
     cls = verifier_class(name)
+    named = name.partition(":")[2]
+    if named:
+        if law is not None:
+            raise ValueError(f"give the law once: verifier {name!r} names it, and law={law!r}")
+        law = named
     if law is None:
         return cls(k)
     if "law" not in inspect.signature(cls.__init__).parameters:

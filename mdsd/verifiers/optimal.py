@@ -24,7 +24,7 @@ import torch
 from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
 from mdsd.validation import check_k
-from mdsd.verifiers.base import Rows, Verifier
+from mdsd.verifiers.base import CPU_SLAB, Rows, Verifier
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
 from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.twostep import selection_acceptance, two_step
@@ -34,7 +34,7 @@ __all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
 _SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
-ROWS = 32  # rows of p, q laid out at a time
+ROWS = 32  # rows of p, q laid out at a time at V = 151,936; more at smaller V (CPU_SLAB entries)
 
 
 def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ...], tuple[float, np.ndarray]]:
@@ -180,9 +180,10 @@ class OptimalVerifier(Verifier):
         flat_p, flat_q = p.reshape(rows, n), q.reshape(rows, n)
         flat_d, flat_u = drafts.reshape(-1, self.k), u_depth.reshape(-1, u_depth.shape[-1])
         emit, out = u_emit.reshape(-1), torch.empty(row.shape, dtype=torch.long, device=p.device)
-        for start in range(0, rows, ROWS):  # a layout holds ~10 arrays of [rows, V]: bounded memory
-            mine = ((row >= start) & (row < start + ROWS)).nonzero().squeeze(-1)
-            lay = iid_layout(flat_p[start : start + ROWS], flat_q[start : start + ROWS], self.k)
+        step = max(ROWS, CPU_SLAB // n)  # a layout holds ~10 arrays of [rows, V]: bounded memory
+        for start in range(0, rows, step):
+            mine = ((row >= start) & (row < start + step)).nonzero().squeeze(-1)
+            lay = iid_layout(flat_p[start : start + step], flat_q[start : start + step], self.k)
             local = row[mine] - start
             chosen = self._select(lay, None, local, flat_d[mine], flat_u[mine])
             if mine.numel() <= 2 * lay.order.shape[0]:  # about one draft tuple per row: gather the rows

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+import tiny_lms
 import torch
 
 import mdsd
 from mdsd.hf import read_sequence_pair
 from mdsd.hf import sequence as hf_sequence
-
-_spec = importlib.util.spec_from_file_location(
-    "tiny_lms", Path(__file__).resolve().parents[1] / "tree" / "tiny_lms.py"
-)
-tiny_lms = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tiny_lms)
 
 PREFIX = torch.tensor([[3, 1, 4, 1, 5]])
 

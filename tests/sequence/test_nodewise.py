@@ -32,7 +32,9 @@ enumeration, cases = _load("verifier_enumeration"), _load("verifier_cases")
 
 
 def test_every_verifier_has_an_exact_output_law():
-    assert set(NODE_RULES) == set(mdsd.VERIFIERS)
+    # but the optimal verifier: its rule given the drafts is a layout or a flow (tests/verifiers checks
+    # its law by enumeration), not a closed form to plug into a tree's step law
+    assert set(NODE_RULES) == set(mdsd.VERIFIERS) - {"optimal"}
     with pytest.raises(ValueError, match="unknown verifier"):
         node_output_law("nope", np.ones(2) / 2, np.ones(2) / 2, (0,))
 

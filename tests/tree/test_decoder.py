@@ -159,6 +159,22 @@ def test_greedy_needs_no_verifier_but_checks_its_name(pair):
             TreeDecoder(target, draft, tree, verifier="nonsense", temperature=0)
 
 
+@pytest.mark.parametrize(("name", "tree"), [("block", Tree.chain(3)), ("traversal", Tree.kary([2, 2]))])
+def test_sequence_rules_at_t0_are_greedy(pair, name, tree):
+    target, draft = pair
+    x = torch.tensor([[1, 2, 3]])
+    dec = TreeDecoder(target, draft, tree, verifier=name, temperature=0)
+    assert torch.equal(dec.generate(x, 7).tokens, _reference(target, x, 7))
+
+
+def test_sequence_rules_need_a_static_tree_of_their_shape(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="verifier 'block' verifies a chain"):
+        TreeDecoder(target, draft, Tree.kary([2]), verifier="block")
+    with pytest.raises(ValueError, match="whole static mdsd.Tree"):
+        TreeDecoder(target, draft, DynamicTree(depth=2, k=2, expand=1), verifier="traversal")
+
+
 class _AcceleratorGenerator(torch.Generator):
     """A CPU generator that claims to live on an accelerator (this machine has none)."""
 

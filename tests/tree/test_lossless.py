@@ -18,7 +18,7 @@ from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.tree.adaptive import DepthPolicy
-from mdsd.verifiers import supports
+from mdsd.verifiers import OptimalVerifier, supports
 
 ALPHA = 1e-3
 DECODES = 10_000  # per prompt
@@ -82,6 +82,30 @@ def test_low_temperatures_follow_the_target_law(pair, name, temperature):
     dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=temperature)
     for p_value, _ in _p_values(dec, target, temperature, seed=41, decodes=3000):
         assert p_value > ALPHA
+
+
+@pytest.mark.parametrize("temperature", [0.05, 1.0])
+@pytest.mark.parametrize(
+    ("name", "tree"),
+    [
+        ("block", Tree.chain(2)),
+        ("traversal", Tree((0, 0, 1, 1, 2))),
+        ("traversal", Tree.kary([3])),
+        ("optimal:wor", Tree((0, 0, 0, 1, 1, 2))),
+    ],
+    ids=str,
+)
+def test_sequence_rules_and_optimal_without_replacement_follow_the_target_law(pair, name, tree, temperature):
+    """Block and Traversal Verification of whole trees, and the optimal verifier for drafts without
+    replacement inside the decoder: with its i.i.d. fallback, the path it takes at a real vocabulary
+    (here V = 12 would solve one flow per node; tests/verifiers check that path's law exactly)."""
+    target, draft = pair
+    dec = TreeDecoder(target, draft, tree, verifier=name, temperature=temperature)
+    if name == "optimal:wor":
+        dec.verifiers = {k: OptimalVerifier(k, law="wor", flow_tuples=0) for k in dec.verifiers}
+    for p_value, accepted in _p_values(dec, target, temperature, seed=47, decodes=6000):
+        assert p_value > ALPHA
+        assert temperature < 1 or accepted > 0.2
 
 
 @pytest.mark.parametrize("name", [n for n in VERIFIERS if n != "single"])
