@@ -14,7 +14,8 @@ grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
 * TREE: ``chain:N``, ``binary:D``, ``kary:b1,b2,..``, ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (mdsd decode's
   spelling), ``sequoia:N`` (Sequoia's best tree of N nodes for the verifier's measured acceptance vector,
   depth <= --sequoia-depth), or ``none`` (no draft model: the source alone);
-* VERIFIER: any name TreeDecoder takes (``mdsd.VERIFIERS``);
+* VERIFIER: any name TreeDecoder takes: ``mdsd.VERIFIERS``, ``optimal:wor``, or the sequence-level rules
+  ``block`` (chains) and ``traversal`` (static trees, i.i.d. children), which have no acceptance vector;
 * POLICY: ``grow`` (HF's grow/shrink depth schedule, mdsd.tree.adaptive.GrowShrink) or ``rate`` (the depth
   with the most expected tokens per second, ExpectedRate on the cost profiles of --profiles, from
   experiments/cost_model.py);
@@ -52,6 +53,7 @@ import torch
 import mdsd
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import per_process, run_tasks
+from mdsd.tree.decoder import PATH_RULES
 
 DEFAULT_METHODS = (
     "hf-autoregressive",
@@ -159,7 +161,7 @@ def make_method(spec: str, temperature: float, config: Config, tokenizer=None):
         else:
             raise ValueError(f"method {spec!r}: the policy must be grow or rate")
     source = _source(source_spec, config, tokenizer) if source_spec else None
-    if isinstance(tree, mdsd.Tree) and depth is None and source is None:
+    if isinstance(tree, mdsd.Tree) and depth is None and source is None and verifier not in PATH_RULES:
         a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
     else:
