@@ -13,7 +13,7 @@ RRSw's exact acceptance enumerates the ordered draft tuples for k >= 3; where th
 Writes results/optimal_gap/: optimal_gap.json/.csv and optimal_gap.png (acceptance against n, one
 panel per source and k) and optimal_gap_vs_k.png (the gap of each verifier to the best optimum).
 
-    python experiments/optimal_gap.py
+    python experiments/optimal_gap.py --output-dir results/optimal_gap
     python experiments/optimal_gap.py --quick
 
 The work is one task per (source, n, k), each drawing its pairs from the seed of its (source, n), run
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 import mdsd
-from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import run_tasks
 
 
@@ -64,7 +64,7 @@ class Config:
     )
     seed: int = field(default=0, metadata={"help": "seed of the pairs"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (10, 50), k in (2, 3), 2 pairs"})
-    output_dir: str = field(default="results/optimal_gap", metadata={"help": "where results go"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
     ray: str = field(
         default="",
         metadata={
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_from_cli(Config, argv)
     if config.quick:
         config = replace(config, vocabularies=(10, 50), ks=(2, 3), pairs=2)
-    out = Path(config.output_dir)
+    out = output_dir("optimal_gap", config.output_dir)
     with partial_results(out, "optimal_gap", config, config.resume) as checkpoint:
         parts = run_tasks(
             run_task, tasks(config), ray=config.ray or None, checkpoint=checkpoint, desc="optimal gap"

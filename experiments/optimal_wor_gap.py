@@ -11,7 +11,7 @@ mdsd/otm/dual.py), and RRSw's acceptance estimated the same way for reference.
 Writes results/optimal_wor_gap/: optimal_wor_gap.json/.csv (one row per pair, T and k) and
 optimal_wor_gap.md (means over pairs).
 
-    python experiments/optimal_wor_gap.py
+    python experiments/optimal_wor_gap.py --output-dir results/optimal_wor_gap
     python experiments/optimal_wor_gap.py --quick
 """
 
@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, output_dir, write_results
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Config:
     samples: int = field(default=20_000, metadata={"help": "simulated steps per (pair, k, verifier)"})
     seed: int = field(default=0, metadata={"help": "seed of the simulations"})
     quick: bool = field(default=False, metadata={"help": "smoke test: T = 1.0, k = 2, 2 pairs, 2,000 steps"})
-    output_dir: str = field(default="results/optimal_wor_gap", metadata={"help": "where results go"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> Path:
                         "samples": config.samples,
                     }
                 )
-    out = Path(config.output_dir)
+    out = output_dir("optimal_wor_gap", config.output_dir)
     write_results(out, "optimal_wor_gap", rows, config, config.seed)
     lines = [
         "| T | k | pairs | α*_iid | fallback (estimate) | α*_wor | gap to α*_wor | RRSw (estimate) |",

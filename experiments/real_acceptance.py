@@ -15,7 +15,8 @@ where that is too large the entry is left out and counted.
 Writes results/real_acceptance/: real_acceptance.json/.csv (means with 95% intervals, gaps to each
 verifier's own law optimum), per_position.npz, real_acceptance.png and summary.md.
 
-    python experiments/real_acceptance.py
+    python experiments/real_acceptance.py --output-dir results/real_acceptance
+    python experiments/real_acceptance.py --quick      # 16 positions, k 1 and 2: a smoke test
     python experiments/real_acceptance.py --record --ray --output-dir results/real_acceptance_full_vocab
 
 The second (2 prompts per set, 16 new tokens: 82 positions per T, k = 1..8) took 11 minutes on 2 CPU cores
@@ -32,6 +33,7 @@ the pairs are recorded again first: the same ones, from the same seed). Either w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +47,7 @@ from tqdm import tqdm
 
 import mdsd
 import mdsd.data
-from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import run_tasks
 
 
@@ -56,7 +58,8 @@ class Config:
     temperatures: tuple[float, ...] = field(default=(0.3, 0.6, 1.0), metadata={"help": "temperatures T"})
     ks: tuple[int, ...] = field(default=(1, 2, 3, 4, 5, 6, 7, 8), metadata={"help": "numbers of drafts k"})
     verifiers: tuple[str, ...] = field(
-        default=("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk"), metadata={"help": "verifiers"}
+        default=("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk", "optimal"),
+        metadata={"help": "verifiers"},
     )
     laws: tuple[str, ...] = field(
         default=("iid", "without_replacement", "greedy"),
@@ -64,6 +67,7 @@ class Config:
     )
     corpus: str = field(default="", metadata={"help": "corpus .npz ('' = the bundled one)"})
     max_positions: int = field(default=0, metadata={"help": "use only the first N positions (0 = all)"})
+    quick: bool = field(default=False, metadata={"help": "smoke test: 16 positions, k 1 and 2"})
     record: bool = field(
         default=False, metadata={"help": "record fresh full-vocabulary pairs from cached models"}
     )
@@ -72,7 +76,7 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--record: continuation temperature"})
     threads: int = field(default=2, metadata={"help": "--record: torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "--record: continuation seed"})
-    output_dir: str = field(default="results/real_acceptance", metadata={"help": "where results go"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
     ray: str = field(
         default="",
         metadata={
@@ -200,7 +204,9 @@ def _rows(t: float, results: dict[tuple[str, str, int], np.ndarray], dataset: np
 
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
-    out_dir = Path(config.output_dir)
+    if config.quick:
+        config = dataclasses.replace(config, max_positions=16, ks=(1, 2), record=False)
+    out_dir = output_dir("real_acceptance", config.output_dir)
     if config.record:
         sources = {
             t: (p, q, d, np.ones(p.shape, dtype=bool)) for t, (p, q, d) in _record_pairs(config).items()

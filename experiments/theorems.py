@@ -20,7 +20,7 @@ symmetric-Dirichlet pairs (mdsd.dirichlet_pair) of several concentrations.
 
 Writes results/theorems/: theorems.json/.csv (one row per claim and source), theorems.md, and plots.
 
-    python experiments/theorems.py            # 4,000 pairs in part A, 10,000 in part B
+    python experiments/theorems.py --output-dir results/theorems   # 4,000 pairs in part A, 10,000 in B
     python experiments/theorems.py --quick    # a handful of pairs, for a smoke test
 
 The work is one task per (part, source, n), each drawing its pairs from its own seed (derived from
@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 import mdsd
-from mdsd.experiment import config_from_cli, partial_results, write_results
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import run_tasks
 
 TOL = 1e-8  # two exact computations "agree" when they differ by at most this
@@ -71,7 +71,7 @@ class Config:
     quick: bool = field(
         default=False, metadata={"help": "smoke test: 1 pair per n, one toy and one Dirichlet source"}
     )
-    output_dir: str = field(default="results/theorems", metadata={"help": "where results go"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
     ray: str = field(
         default="",
         metadata={
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> Path:
         config = replace(
             config, pairs_a=1, pairs_b=1, temperatures=(0.5,), similarities=(0.5,), concentrations=(0.5,)
         )
-    out = Path(config.output_dir)
+    out = output_dir("theorems", config.output_dir)
     claims, records = {name: Claim(name) for name in CLAIMS}, []
     with partial_results(out, "theorems", config, config.resume) as checkpoint:
         for result in run_tasks(

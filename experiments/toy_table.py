@@ -8,7 +8,7 @@ dual formulas); only the average over random pairs is a sample mean, given with 
 Writes results/toy_table/: toy_table.json/.csv (per method and setting), toy_table.md (our table
 beside the paper's), toy_table.png.
 
-    python experiments/toy_table.py            # the full table (100 pairs per setting)
+    python experiments/toy_table.py --output-dir results/toy_table   # the full table (100 pairs a setting)
     python experiments/toy_table.py --quick    # a few pairs, for a smoke test
 """
 
@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, output_dir, write_results
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Config:
         metadata={"help": "vocabularies of the n sweep at T = 0.25, s = 0.7"},
     )
     quick: bool = field(default=False, metadata={"help": "smoke test: 4 pairs per setting, small sweep"})
-    output_dir: str = field(default="results/toy_table", metadata={"help": "where results go"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
 
 
 K = 2
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_from_cli(Config, argv)
     if config.quick:
         config = replace(config, pairs=4, sweep_n=(10, 20))
-    out = Path(config.output_dir)
+    out = output_dir("toy_table", config.output_dir)
     settings = [(t, s) for t in config.temperatures for s in config.similarities]
 
     rows, values = [], {}

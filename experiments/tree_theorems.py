@@ -34,7 +34,6 @@ import itertools
 import math
 import multiprocessing
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, output_dir, write_results
 from mdsd.sequence import (
     SequenceModel,
     decode_law,
@@ -90,7 +89,7 @@ class Config:
     seed: int = field(default=0, metadata={"help": "seed of every pair"})
     workers: int = field(default=1, metadata={"help": "worker processes"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (2, 3), 2 cases per setting"})
-    output_dir: str = field(default="", metadata={"help": "where results go (default: a fresh /tmp dir)"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
 
 
 def settings(config: Config) -> list[tuple[int, str, str]]:
@@ -441,7 +440,7 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_from_cli(Config, argv)
     if config.quick:
         config = replace(config, ns=(2, 3), cases=2)
-    out = Path(config.output_dir or tempfile.mkdtemp(prefix="tree_theorems_"))
+    out = output_dir("tree_theorems", config.output_dir)
     jobs = [(config, s, i) for s in settings(config) for i in range(config.cases)]
     start = time.perf_counter()
     records = []

@@ -213,3 +213,14 @@ def test_optimal_wor_gap_quick(tmp_path):
         # the fallback is lossless with acceptance in [α*_iid, α*_wor]: its 95% interval meets that range
         assert r["fallback_low"] <= r["alpha_wor"] + 1e-9 and r["fallback_high"] >= r["alpha_iid"] - 1e-9
     assert "gap to α*_wor" in (tmp_path / "optimal_wor_gap.md").read_text()
+
+
+def test_real_acceptance_quick(tmp_path):
+    rows = run_script("real_acceptance", tmp_path)["rows"]
+    assert {r["k"] for r in rows} == {1, 2} and all(r["positions"] == 16 for r in rows)
+    verifiers = [r for r in rows if r["kind"] == "verifier" and "gap_to_own_optimum" in r]
+    assert {r["name"] for r in verifiers} >= {"single", "rrs", "spechub", "optimal"}
+    assert all(r["gap_to_own_optimum"] > -1e-9 for r in verifiers)  # no verifier beats its law's optimum
+    # the optimal verifier reaches the i.i.d. optimum on every position
+    best = next(r for r in verifiers if (r["name"], r["k"], r["temperature"]) == ("optimal", 2, 0.6))
+    assert best["gap_to_own_optimum"] == pytest.approx(0.0, abs=1e-9)

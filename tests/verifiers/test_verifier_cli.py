@@ -113,3 +113,24 @@ def test_degenerate_q_gets_the_top_k_rule_and_no_optimum(tmp_path, capsys):
     assert rows["rrs"]["optimum"] == pytest.approx(rows["rrs"]["acceptance"] + rows["rrs"]["gap"])
     assert main(["acceptance", "--p", str(p), "--q", str(q)]) == 0
     assert "(optimum: q has 1 tokens with positive probability" in capsys.readouterr().out
+
+
+def test_a_bug_is_reported_as_a_bug_with_status_1(monkeypatch, capsys):
+    """Exit 2 only for errors mdsd raises about its input; a library's ValueError or any other exception
+    inside mdsd is an internal error (exit 1, traceback, a message that says it is a bug)."""
+    from mdsd.cli import acceptance
+
+    def broken(*_):
+        np.ones(2) + np.ones(3)  # numpy's ValueError: a bug, not the user's input
+
+    monkeypatch.setattr(acceptance, "acceptance_rows", broken)
+    assert main(["acceptance"]) == 1
+    err = capsys.readouterr().err
+    assert "internal error: ValueError" in err and "This is a bug in mdsd" in err and "Traceback" in err
+
+    def crash(*_):
+        raise IndexError("index 3 is out of bounds")
+
+    monkeypatch.setattr(acceptance, "acceptance_rows", crash)
+    assert main(["acceptance"]) == 1
+    assert "internal error: IndexError" in capsys.readouterr().err
