@@ -214,7 +214,12 @@ def summarise(rows: list[dict]) -> str:
     ks = sorted({r["k"] for r in rows})
     for source, temperature, n, pairs in keys:
         title = f"{source} pairs" + (f", T = {temperature:g}" if temperature is not None else "")
-        out.append(f"{title} (n = {n}, {pairs} pairs): mean acceptance [verifier's gap to its law's optimum]")
+        size = (
+            f"n = {n}: the union of p's and q's top-256 tokens plus one lumped tail token per model"
+            if source == "real"
+            else f"n = {n}"
+        )
+        out.append(f"{title} ({size}; {pairs} pairs): mean acceptance [verifier's gap to its law's optimum]")
         header = f"  {'':28s}" + "".join(f"{'k = ' + str(k):>18s}" for k in ks)
         out.append(header)
         block = [
