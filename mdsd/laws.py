@@ -270,7 +270,7 @@ class DraftLaw(ABC):
         support = (qt > 0).sum(dim=-1)
         if bool((support < self.min_support()).any()):
             raise ValueError(
-                f"q has a row with {int(support.min())} tokens of positive probability; "
+                f"q has a row with only {int(support.min())} token(s) of positive probability; "
                 f"{self!r} needs at least {self.min_support()}"
             )
         return self._sample(qt, generator)
