@@ -14,7 +14,10 @@ A. on small vocabularies (n = 2..5; exact LPs and enumeration):
 B. on larger vocabularies (n = 10, 50; exact closed forms and duals):
    4. how often, and when, SpecHub beats RRS, RRSw and the optimum of i.i.d. drafts (k = 2);
    5. K-SEQ reaches at least (1 - 1/e) of the i.i.d. optimum (k = 2, 3, 4);
-   6. the optimum without replacement is at least the i.i.d. optimum (k = 2, 3, 4).
+   6. the optimum without replacement is at least the i.i.d. optimum (k = 2, 3, 4);
+   7. the optimal verifier's exact acceptance equals its law's optimum and is at least every verifier of
+      that law: i.i.d. (RRS, K-SEQ; k = 2, 3, 4), and without replacement (RRSw; k = 2, n = 10, where
+      its rule is an exact flow).
 Pairs: toy pairs (mdsd.toy_pair) over a grid of temperatures and similarities, and independent
 symmetric-Dirichlet pairs (mdsd.dirichlet_pair) of several concentrations.
 
@@ -309,6 +312,20 @@ def part_b(task: dict, claims: dict) -> list[dict]:
                 q,
                 f"k={k}: OTM(WR) {wr:.6f} < OTM(IID) {iid:.6f}",
             )
+            # the optimal verifier reaches its law's optimum and beats every verifier of that law
+            best = mdsd.verifier("optimal", k).acceptance(p, q)
+            rivals = {"rrs": mdsd.verifier("rrs", k).acceptance(p, q), "kseq": kseq, "OTM(IID)": iid}
+            if k == 2 and n <= 10:  # without replacement: an exact flow per pair (RRSw's exact form: k = 2)
+                wor_best = mdsd.verifier("optimal:wor", k).acceptance(p, q)
+                rivals_wor = {"rrsw": acc["rrsw"], "OTM(WR)": wr}
+                excess = max(max(v - wor_best for v in rivals_wor.values()), abs(wor_best - wr))
+                claims["optimal_verifier_best_of_its_law"].check(
+                    excess <= TOL, excess, label, p, q, f"k={k} wor: optimal {wor_best:.9f} vs {rivals_wor}"
+                )
+            excess = max(max(v - best for v in rivals.values()), abs(best - iid))
+            claims["optimal_verifier_best_of_its_law"].check(
+                excess <= TOL, excess, label, p, q, f"k={k} iid: optimal {best:.9f} vs {rivals}"
+            )
     return records
 
 
@@ -320,6 +337,7 @@ CLAIMS = (
     "spechub_optimal_for_hub",
     "kseq_bound",
     "wr_beats_iid",
+    "optimal_verifier_best_of_its_law",
 )
 
 

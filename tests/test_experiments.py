@@ -72,6 +72,7 @@ def test_theorems_quick(tmp_path):
     payload = run_script("theorems", tmp_path)
     claims = {r["claim"]: r for r in payload["rows"]}
     assert set(claims) >= {"lp_equals_otm", "lossless", "hub_emitted_p_hub", "kseq_bound", "wr_beats_iid"}
+    assert claims["optimal_verifier_best_of_its_law"]["checks"] > 0
     assert all(r["checks"] > 0 for r in claims.values())
     assert "counter-examples" in (tmp_path / "theorems.md").read_text()
     assert len(payload["spechub_wins"]) == 2
