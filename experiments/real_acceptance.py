@@ -296,9 +296,11 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         optimum = means.get((t, "optimal", "without_replacement", 2))
         gaps = {
-            n: optimum - v for (tt, kind, n, k), v in means.items() if (tt, kind, k) == (t, "verifier", 2)
+            n: optimum - v
+            for (tt, kind, n, k), v in means.items()
+            if optimum is not None and (tt, kind, k) == (t, "verifier", 2)
         }
-        if optimum is not None and gaps:
+        if gaps:
             lines.append(
                 f"\nGap to the optimum of drafts without replacement at k = 2 ({optimum:.4f}): "
                 + ", ".join(f"{n} {g:.4f}" for n, g in sorted(gaps.items(), key=lambda item: item[1]))

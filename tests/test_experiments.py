@@ -225,3 +225,6 @@ def test_real_acceptance_quick(tmp_path):
     # the optimal verifier reaches the i.i.d. optimum on every position
     best = next(r for r in verifiers if (r["name"], r["k"], r["temperature"]) == ("optimal", 2, 0.6))
     assert best["gap_to_own_optimum"] == pytest.approx(0.0, abs=1e-9)
+    # without the without-replacement optimum the summary still writes (regression: it raised)
+    run_script("real_acceptance", tmp_path / "iid", "--laws", "iid", "--verifiers", "rrs", "optimal")
+    assert "optimum, iid law" in (tmp_path / "iid" / "summary.md").read_text()
