@@ -50,6 +50,8 @@ import mdsd.data
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import run_tasks
 
+RECORDED_SETS = ("mt-bench", "humaneval", "news")  # the prompt sets --record reads
+
 
 @dataclass(frozen=True)
 class Config:
@@ -103,7 +105,7 @@ def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, n
     target, draft, tokenizer = load_pair(*pair_paths("qwen2.5-coder"))
     generator = torch.Generator().manual_seed(config.seed)
     zp, zq, names = [], [], []
-    for name in ("mt-bench", "humaneval", "news"):
+    for name in RECORDED_SETS:
         for prompt in tqdm(prompts(name, config.prompts_per_set, tokenizer), desc=f"record {name}"):
             ids = torch.tensor(prompt.input_ids)
             tokens, p_logits, q_logits = record_prompt(
@@ -244,6 +246,12 @@ def main(argv: list[str] | None = None) -> None:
             tail = np.zeros(n) if config.record else np.minimum(p_all[:n, -1], q_all[:n, -1])
             rows += _rows(t, results, dataset[:n], tail)
         meta = {"source": source, "skipped": {f"T={t} {v} k={k}": c for (t, v, k), c in skipped.items()}}
+        if config.record:  # the models and prompt sets the pairs were recorded from
+            from mdsd.hf import describe_model, pair_paths
+
+            target, draft = pair_paths("qwen2.5-coder")
+            meta["models"] = {"target": describe_model(target), "draft": describe_model(draft)}
+            meta["prompt_sets"] = list(RECORDED_SETS)
         write_results(out_dir, "real_acceptance", rows, config, config.seed, **meta)
         np.savez_compressed(out_dir / "per_position.npz", **per_position)
         _plot(rows, config, out_dir / "real_acceptance.png")
