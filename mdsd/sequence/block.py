@@ -28,6 +28,7 @@ from mdsd.sequence.models import SequenceModel, check_pair
 from mdsd.tree import Tree
 from mdsd.validation import as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
+from mdsd.verifiers.reference import draw_index
 
 __all__ = [
     "block_verify",
@@ -156,16 +157,6 @@ def _passes(test: tuple[float, float], u: float) -> bool:
     return u * den < num or den == 0
 
 
-def _draw(w: np.ndarray, u: float) -> int:
-    """Inverse CDF: the first i with Σ_{j<=i} w_j > u Σ w (never a token of zero weight)."""
-    c = np.cumsum(w)
-    target = u * c[-1]
-    for i in range(w.size):
-        if c[i] > target and w[i] > 0:
-            return i
-    return int(np.flatnonzero(w > 0)[-1])
-
-
 def reference_block_verify(
     p: np.ndarray, q: np.ndarray, tokens: list[int], accept: np.ndarray, residual: float
 ) -> tuple[int, int]:
@@ -177,7 +168,7 @@ def reference_block_verify(
     p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
     tests, res = chain_decisions(p, q, tuple(int(t) for t in tokens))
     tau = next((i for i in range(len(tokens), 0, -1) if _passes(tests[i], accept[i - 1])), 0)
-    return tau, _draw(res[tau], residual)
+    return tau, draw_index(res[tau], residual)
 
 
 def block_step_law(

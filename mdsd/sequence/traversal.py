@@ -39,6 +39,7 @@ from mdsd.sequence.models import SequenceModel, check_pair
 from mdsd.tree import Tree
 from mdsd.validation import as_probability_tensor
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
+from mdsd.verifiers.reference import draw_index
 
 __all__ = [
     "TRAVERSAL_LAWS",
@@ -273,16 +274,6 @@ def traversal_tests(
     return out
 
 
-def _draw(w: np.ndarray, u: float) -> int:
-    """Inverse CDF: the first i with Σ_{j<=i} w_j > u Σ w (never a token of zero weight)."""
-    c = np.cumsum(w)
-    target = u * c[-1]
-    for i in range(w.size):
-        if c[i] > target and w[i] > 0:
-            return i
-    return int(np.flatnonzero(w > 0)[-1])
-
-
 def reference_traversal_verify(
     p: np.ndarray,
     q: np.ndarray,
@@ -304,7 +295,7 @@ def reference_traversal_verify(
     )
     for node, weight, last in traversal_tests(tree, p, q_rows, tuple(int(t) for t in tokens), wor):
         if node == 0 or accept[node] < weight:
-            return node, _draw(last, residual)
+            return node, draw_index(last, residual)
     raise AssertionError("the root always accepts")
 
 

@@ -16,11 +16,11 @@ import torch
 from mdsd.verifiers.kseq import GRID_BITS
 from mdsd.verifiers.ops import Uniforms
 
-__all__ = ["reference_verify", "REFERENCES"]
+__all__ = ["reference_verify", "REFERENCES", "draw_index"]
 
 
-def _draw(w: np.ndarray, u: float) -> int:
-    """Inverse CDF: the first i with Σ_{j≤i} w_j > u Σ w (never a token of zero weight)."""
+def draw_index(w: np.ndarray, u: float) -> int:
+    """Reference inverse CDF: the first i with Σ_{j≤i} w_j > u Σ w (never a token of zero weight)."""
     c = np.cumsum(w)
     target = u * c[-1]
     for i in range(w.size):
@@ -37,7 +37,7 @@ def reference_single(p, q, drafts, accept, residual):
     x = drafts[0]
     if accept[0] * q[x] < p[x]:
         return x
-    return _draw(_norm_or(np.maximum(p - q, 0.0), p), residual)
+    return draw_index(_norm_or(np.maximum(p - q, 0.0), p), residual)
 
 
 def reference_rrs(p, q, drafts, accept, residual):
@@ -46,7 +46,7 @@ def reference_rrs(p, q, drafts, accept, residual):
         if accept[i] * q[x] < pi[x]:
             return x
         pi = _norm_or(np.maximum(pi - q, 0.0), p)
-    return _draw(pi, residual)
+    return draw_index(pi, residual)
 
 
 def reference_rrsw(p, q, drafts, accept, residual):
@@ -58,7 +58,7 @@ def reference_rrsw(p, q, drafts, accept, residual):
         qi = qi.copy()
         qi[x] = 0.0
         qi = _norm_or(qi, qi)
-    return _draw(pi, residual)
+    return draw_index(pi, residual)
 
 
 def _kseq_rho(p, q, k):
@@ -86,7 +86,7 @@ def reference_kseq(p, q, drafts, accept, residual):
             return x
     b = np.minimum(p / rho, q).sum()
     gamma = (1.0 - (1.0 - b) ** k) / b if b > 0 else rho
-    return _draw(_norm_or(np.maximum(p - gamma * np.minimum(p / rho, q), 0.0), p), residual)
+    return draw_index(_norm_or(np.maximum(p - gamma * np.minimum(p / rho, q), 0.0), p), residual)
 
 
 def reference_spechub(p, q, drafts, accept, residual):
@@ -111,7 +111,7 @@ def reference_spechub(p, q, drafts, accept, residual):
             return a
     w = np.maximum(gain - pair, 0.0)
     w[a] = max(max(p[a] - s_ai, 0.0) - s_ia, 0.0)
-    return _draw(_norm_or(w, p), residual)
+    return draw_index(_norm_or(w, p), residual)
 
 
 def reference_greedy(p, q, drafts, accept, residual):
@@ -121,11 +121,11 @@ def reference_greedy(p, q, drafts, accept, residual):
     qr = qr / qr.sum()  # q' = q restricted to V∖T
     if accept[-1] * qr[x] < p[x]:
         return x
-    return _draw(_norm_or(np.maximum(p - qr, 0.0), p), residual)
+    return draw_index(_norm_or(np.maximum(p - qr, 0.0), p), residual)
 
 
 def reference_topk(p, q, drafts, accept, residual):
-    return _draw(p, residual)
+    return draw_index(p, residual)
 
 
 def _optimal_law(p, q, k):
@@ -179,7 +179,7 @@ def reference_optimal(p, q, drafts, accept, residual):
     a = min(1.0, p[chosen] / f[chosen]) if f[chosen] > 0 else 1.0
     if residual < a:
         return chosen
-    return _draw(_norm_or(np.maximum(p - f, 0.0), p), (residual - a) / (1.0 - a))
+    return draw_index(_norm_or(np.maximum(p - f, 0.0), p), (residual - a) / (1.0 - a))
 
 
 REFERENCES = {
@@ -215,7 +215,7 @@ def reference_verify(name: str, p: object, q: object, drafts: object, uniforms: 
     for b in range(drafts.shape[0]):
         pb, qb = p[b] / p[b].sum(), q[b] / q[b].sum()
         if np.count_nonzero(qb) < need:  # degenerate row: y ~ p, accepted iff y is a draft
-            out.append(_draw(pb, residual[b]))
+            out.append(draw_index(pb, residual[b]))
         else:
             out.append(rule(pb, qb, [int(x) for x in drafts[b]], accept[b], residual[b]))
     return torch.tensor(out, dtype=torch.long)
