@@ -100,27 +100,14 @@ QUICK = dict(
 )
 
 
-def tiny_pair(seed: int, vocab: int = 64):
-    """A random-weight Qwen2 target (2 layers) and a smaller draft (1 layer), built from configs."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def tiny_pair(seed: int):
+    """The sibling experiment's tiny random pair (experiments/batch_efficiency.py), for --quick."""
+    import sys
 
-    models = []
-    for offset, (hidden, layers) in enumerate(((64, 2), (32, 1))):
-        config = Qwen2Config(
-            vocab_size=vocab,
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            tie_word_embeddings=False,
-        )
-        config._attn_implementation = "sdpa"
-        with torch.random.fork_rng():  # transformers initialises weights from the global RNG
-            torch.manual_seed(seed + offset)
-            models.append(Qwen2ForCausalLM(config).eval())
-    return models
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import batch_efficiency
+
+    return batch_efficiency.tiny_pair(seed)
 
 
 def load(config: Config):
