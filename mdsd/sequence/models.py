@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mdsd.toy import _real
+from mdsd.toy import toy_pair
 from mdsd.validation import as_probabilities, check_k
 
 __all__ = ["SequenceModel", "toy_sequence_pair", "prefixes"]
@@ -154,19 +154,9 @@ def toy_sequence_pair(
     """
     n = check_k(n, "n")
     depth = check_k(depth, "depth", minimum=0)
-    temperature = _real(temperature, "temperature")
-    similarity = _real(similarity, "similarity")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 0.0 <= similarity <= 1.0:
-        raise ValueError(f"similarity must lie in [0, 1], got {similarity}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     keys = [()] if context_free else list(prefixes(n, depth))
-    a = torch.rand(len(keys), n, generator=generator, dtype=torch.float64)  # [M, V]
-    b = torch.rand(len(keys), n, generator=generator, dtype=torch.float64)  # [M, V]
-    p = torch.softmax(a / temperature, dim=-1).numpy()
-    q = torch.softmax((similarity * a + (1.0 - similarity) * b) / temperature, dim=-1).numpy()
+    # one toy pair per prefix (mdsd.toy_pair checks temperature, similarity and the generator)
+    p, q = (x.numpy() for x in toy_pair(n, temperature, similarity, generator, batch=len(keys)))
     if context_free:
         return SequenceModel(n, None, {(): p[0]}), SequenceModel(n, None, {(): q[0]})
     return (
