@@ -84,7 +84,7 @@ def test_low_temperatures_follow_the_target_law(pair, name, temperature):
         assert p_value > ALPHA
 
 
-@pytest.mark.parametrize("temperature", [0.05, 1.0])
+@pytest.mark.parametrize("temperature", [1e-3, 0.05, 1.0])
 @pytest.mark.parametrize(
     ("name", "tree"),
     [

@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 import mdsd
 from mdsd import DynamicTree, Tree, TreeDecoder
+from mdsd.tree.decoder import PATH_RULES
 from mdsd.verifiers import supports
 
 MAX_SYNCS_PER_STEP = 4
@@ -50,6 +51,8 @@ def count_syncs(counter):
 
 def _trees(name):
     """Every tree shape the verifier can verify: a chain, binary, mixed widths, a dynamic tree."""
+    if name in PATH_RULES:  # whole-tree rules: block on chains, traversal on static trees
+        return [Tree.chain(3)] if name == "block" else [Tree.kary([2, 2, 2]), Tree((0, 0, 0, 1, 1, 2))]
     wide = [
         Tree.kary([2, 2, 2]),
         Tree((0, 0, 1, 1, 2)),
@@ -69,7 +72,9 @@ def models():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-@pytest.mark.parametrize("name", [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free])
+@pytest.mark.parametrize(
+    "name", [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free] + list(PATH_RULES)
+)
 def test_at_most_four_host_syncs_per_step(models, name, temperature):
     target, draft = models
     for tree in _trees(name):
@@ -119,10 +124,11 @@ class _DeviceAudit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["rrs", "spechub", "kseq", "greedy"])
+@pytest.mark.parametrize("name", ["rrs", "spechub", "kseq", "greedy", "block", "traversal"])
 def test_every_tensor_made_in_the_loop_names_its_device(models, name):
     target, draft = models
-    tree = Tree.kary([2, 2]) if name == "spechub" else DynamicTree(3, 3, 2, budget=6)
+    trees = {"spechub": Tree.kary([2, 2]), "block": Tree.chain(3), "traversal": Tree((0, 0, 0, 1, 1, 2))}
+    tree = trees.get(name, DynamicTree(3, 3, 2, budget=6))
     dec = TreeDecoder(target, draft, tree, verifier=name, temperature=0.7)
     generator = torch.Generator().manual_seed(0)
     audit = _DeviceAudit()
