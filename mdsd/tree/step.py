@@ -99,6 +99,7 @@ def verify_paths(
     ``tokens[path]`` then the next token, as the rule's step law says (MATH.md §7).
     """
     from mdsd.sequence.block import _verify as block_kernel
+    from mdsd.sequence.traversal import _internal_rows
     from mdsd.sequence.traversal import _verify as traversal_kernel
     from mdsd.verifiers.ops import draw_uniforms
 
@@ -107,11 +108,10 @@ def verify_paths(
     fpos = torch.empty(B, N, dtype=torch.long, device=dev)
     fpos.scatter_(1, drafted.forward, torch.arange(N, device=dev).expand(B, -1))
     p = torch.softmax(logits.float() / temperature, dim=-1).gather(1, fpos[..., None].expand(-1, -1, V))
-    q = torch.zeros(B, N, V, dtype=p.dtype, device=dev)
+    row = torch.as_tensor(_internal_rows(tree), device=dev)  # node -> its row of q (internal nodes)
+    q = p.new_zeros(B, int((tree.branching > 0).sum()), V)
     for e in drafted.expansions:
-        q.scatter_(1, e.node[..., None].expand(-1, -1, V), e.q)
-    internal = torch.as_tensor((tree.branching > 0).nonzero()[0], device=dev)  # nodes with children
-    q = q[:, internal]
+        q.scatter_(1, row[e.node][..., None].expand(-1, -1, V), e.q)
     if rule == "block":
         u = draw_uniforms((B,), N - 1, generator, dev)
         accepted, token = block_kernel(p, q, drafted.tokens[:, 1:], u)  # accepted = depth = node on a chain
