@@ -2,7 +2,7 @@
 
 The n tokens kept are the target's n most likely next tokens after the prefix (ties towards the lower
 id). For every string u of length 0..depth over those tokens, both models' next-token laws after
-prefix + u are read by batched forwards (no cache: one forward per string length, in chunks) and
+prefix + u are read by one forward per model (every string a node of a trie under tree attention) and
 restricted to the n tokens, renormalised over them in log space:
 
 .. math:: p_n(t \\mid u) = \\exp(\\ell_t(u) / T) \\Big/ \\sum_{t' \\in K} \\exp(\\ell_{t'}(u) / T),
@@ -21,31 +21,49 @@ import math
 import torch
 
 from mdsd.sequence.models import SequenceModel
+from mdsd.tree.cache import ModelCache
+from mdsd.tree.draft import model_forward
 from mdsd.validation import check_k
 
 __all__ = ["read_sequence_pair"]
 
-CHUNK = 256  # strings per forward
-
 
 @torch.no_grad()
 def _restricted(model, prefix: torch.Tensor, kept: torch.Tensor, depth: int, temperature: float) -> dict:
-    """{u: p(· | prefix + kept[u]) restricted to ``kept`` and renormalised} for every u of length <= depth."""
+    """{u: p(· | prefix + kept[u]) restricted to ``kept`` and renormalised} for every u of length <= depth.
+
+    One forward: the prefix, then every string u (length 1..depth) as a node of the complete n-ary trie, each
+    seeing the prefix and its own ancestors (tree attention, ../shared/MATH.md §4) at position P − 1 + |u|.
+    """
     dev = next(model.parameters()).device
-    table = {}
-    for length in range(depth + 1):
-        strings = list(itertools.product(range(kept.numel()), repeat=length))
-        for start in range(0, len(strings), CHUNK):
-            batch = strings[start : start + CHUNK]
-            tail = kept[torch.tensor(batch, dtype=torch.long).reshape(len(batch), length)]  # [b, length]
-            ids = torch.cat([prefix.expand(len(batch), -1), tail], dim=1).to(dev)
-            logits = model(input_ids=ids).logits[:, -1].double().cpu()  # [b, V]
-            if not bool(torch.isfinite(logits).all()):
-                raise ValueError("a model returned NaN or infinite logits")
-            scaled = logits[:, kept] / temperature  # [b, n]
-            rows = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp().numpy()
-            table.update(zip(batch, rows, strict=True))
-    return table
+    n, P = kept.numel(), prefix.shape[1]
+    strings = [u for length in range(1, depth + 1) for u in itertools.product(range(n), repeat=length)]
+    at = {u: P + i for i, u in enumerate(strings)}
+    Q = P + len(strings)
+    visible = torch.zeros(1, Q, Q, dtype=torch.bool)
+    visible[0, :, :P] = torch.ones(Q, P, dtype=torch.bool)
+    visible[0, :P, :P] = torch.ones(P, P, dtype=torch.bool).tril()
+    for u, i in at.items():
+        visible[0, i, [at[u[:j]] for j in range(1, len(u) + 1)]] = True
+    tail = kept[torch.tensor([u[-1] for u in strings], dtype=torch.long)]
+    ids = torch.cat([prefix[0], tail])[None]
+    lengths = torch.tensor([len(u) for u in strings], dtype=torch.long)
+    positions = torch.cat([torch.arange(P), P - 1 + lengths])
+    logits, bad = model_forward(
+        model,
+        ModelCache(1, dev),
+        ids.to(dev),
+        visible.to(dev),
+        torch.zeros(1, 0, dtype=torch.bool, device=dev),
+        positions[None].to(dev),
+        keep=len(strings) + 1,
+        block_valid=torch.ones(1, Q, dtype=torch.bool, device=dev),
+    )
+    if bool(bad.any()):
+        raise ValueError("a model returned NaN or infinite logits")
+    scaled = logits[0].double().cpu()[:, kept] / temperature  # [1 + len(strings), n]
+    rows = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp().numpy()
+    return dict(zip([(), *strings], rows, strict=True))
 
 
 def read_sequence_pair(
@@ -67,7 +85,7 @@ def read_sequence_pair(
     temperature : float
         T > 0, applied to both models' logits.
 
-    Cost: Σ_{l<=depth} n^l strings per model, one forward each (batched).
+    Cost: one forward per model over P + Σ_{1<=l<=depth} n^l tokens (the prefix and the trie of strings).
     """
     n = check_k(n, "n")
     depth = check_k(depth, "depth", minimum=0)

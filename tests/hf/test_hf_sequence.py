@@ -9,7 +9,6 @@ import torch
 
 import mdsd
 from mdsd.hf import read_sequence_pair
-from mdsd.hf import sequence as hf_sequence
 
 PREFIX = torch.tensor([[3, 1, 4, 1, 5]])
 
@@ -42,14 +41,18 @@ def test_tables_are_the_models_conditionals_over_the_targets_top_tokens(models):
         np.testing.assert_allclose(dp(u), _direct(draft, ids, kept, 0.7), rtol=1e-5, atol=1e-7)
 
 
-def test_the_theory_runs_on_real_conditionals(models, monkeypatch):
+def test_deep_tries_match_one_forward_per_string(models):
+    target, draft = models
+    tp, dp, kept = read_sequence_pair(target, draft, PREFIX[0], n=3, depth=3, temperature=0.05)
+    for u in [(2,), (1, 0), (0, 2, 1), (2, 2, 2)]:
+        ids = PREFIX[0].tolist() + [kept[t] for t in u]
+        np.testing.assert_allclose(tp(u), _direct(target, ids, kept, 0.05), rtol=1e-4, atol=1e-12)
+        np.testing.assert_allclose(dp(u), _direct(draft, ids, kept, 0.05), rtol=1e-4, atol=1e-12)
+
+
+def test_the_theory_runs_on_real_conditionals(models):
     target, draft = models
     tp, dp, _ = read_sequence_pair(target, draft, PREFIX[0], n=3, depth=2, temperature=1.0)
-    monkeypatch.setattr(hf_sequence, "CHUNK", 4)  # several forwards per length: the same tables
-    tp_small, dp_small, _ = read_sequence_pair(target, draft, PREFIX[0], n=3, depth=2, temperature=1.0)
-    for u in [(), (2,), (1, 0)]:
-        np.testing.assert_allclose(tp(u), tp_small(u), rtol=1e-6, atol=1e-9)
-        np.testing.assert_allclose(dp(u), dp_small(u), rtol=1e-6, atol=1e-9)
     best = mdsd.solve_tree_otm(tp, dp, mdsd.Tree.chain(2), "iid")
     assert best.status == "optimal"
     assert mdsd.block_tokens_per_step(tp, dp, 2) == pytest.approx(best.value, abs=1e-8)
