@@ -24,6 +24,18 @@ setting), tree_theorems_cases.csv.gz (every case), tree_theorems.md and tree_the
 
     python experiments/tree_theorems.py --output-dir results/tree_theorems   # 1,000 cases per setting
     python experiments/tree_theorems.py --quick                              # a smoke test
+
+With --real the cases are real conditionals instead of toy pairs: the target (Qwen2.5-Coder-1.5B-Instruct,
+draft -0.5B; or --target/--draft) samples a continuation of each prompt (--datasets, --prompts-per-set) at
+T = 1; the prefix ends after 0, 4, 8, ... of its tokens (--positions); at each prefix
+mdsd.hf.read_sequence_pair reads both models' conditionals over the target's max(--ns) likeliest next
+tokens for every string up to the deepest tree (one tree-attention forward per model), at T = 1; every n
+and temperature of the case is that table restricted to the first n kept tokens and re-tempered
+(p_T(t | u) ∝ p_1(t | u)^{1/T} over the kept tokens). A case is (prefix, temperature); the same claims
+are checked:
+
+    python experiments/tree_theorems.py --real --output-dir results/tree_theorems_real   # ~15 min on 2 CPUs
+    python experiments/tree_theorems.py --real --quick                                    # tiny random pair
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ from mdsd.sequence import (
     target_law,
     traversal_tokens_per_step,
 )
+from mdsd.sequence.models import prefixes
 
 TOL = 1e-7  # two exact values "agree" within this (the LP is certified to 1e-7)
 TREES = {"chain2": mdsd.Tree.chain(2), "chain3": mdsd.Tree.chain(3), "binary2": mdsd.Tree.kary([2, 2])}
@@ -88,6 +101,14 @@ class Config:
     idealised: bool = field(default=True, metadata={"help": "also solve the idealised coupling on chains"})
     seed: int = field(default=0, metadata={"help": "seed of every pair"})
     workers: int = field(default=1, metadata={"help": "worker processes"})
+    real: bool = field(default=False, metadata={"help": "cases from a real pair's conditionals (docstring)"})
+    target: str = field(default="", metadata={"help": "--real: target model directory ('' = qwen2.5-coder)"})
+    draft: str = field(default="", metadata={"help": "--real: draft model directory ('' = qwen2.5-coder)"})
+    datasets: tuple[str, ...] = field(default=("mt-bench", "humaneval"), metadata={"help": "--real: prompts"})
+    prompts_per_set: int = field(default=4, metadata={"help": "--real: first prompts of each set"})
+    positions: int = field(default=3, metadata={"help": "--real: prefixes per prompt, 4 tokens apart"})
+    max_prompt_tokens: int = field(default=128, metadata={"help": "--real: templated prompt length cap"})
+    threads: int = field(default=2, metadata={"help": "--real: torch CPU threads"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (2, 3), 2 cases per setting"})
     output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
 
@@ -118,9 +139,83 @@ def draw_case(
     return meta | {"similarity": similarity, "context_free": context_free}, target, draft
 
 
-def evaluate(config: Config, setting: tuple[int, str, str], index: int) -> dict:
+class RealCases:
+    """Cases read off a real pair: (prefix, temperature) for every prefix and --temperatures value.
+
+    Each prefix's tables are read once (mdsd.hf.read_sequence_pair at T = 1, max(--ns) tokens, the
+    deepest tree) and every case restricts and re-tempers them (module docstring).
+    """
+
+    GAP = 4  # continuation tokens between two prefixes of one prompt
+
+    def __init__(self, config: Config) -> None:
+        from mdsd.hf import read_sequence_pair
+        from mdsd.hf.record import sample_continuation
+
+        torch.set_num_threads(config.threads)
+        target, draft, prompts = self._load(config)
+        generator = torch.Generator().manual_seed(config.seed)
+        self.config, self.prefixes, self.tables = config, [], []
+        n, depth = max(config.ns), max(TREES[t].max_depth for t in config.trees)
+        steps = self.GAP * (config.positions - 1)
+        for name, index, ids in tqdm(prompts, desc="real prefixes", unit="prompt"):
+            prompt = torch.tensor(ids, dtype=torch.long)
+            continuation, _ = sample_continuation(target, prompt, steps, 1.0, generator, None)
+            for cut in range(0, continuation.numel() + 1, self.GAP):
+                prefix = torch.cat([prompt, continuation[:cut]])
+                tables = read_sequence_pair(target, draft, prefix, n, depth, temperature=1.0)
+                self.prefixes.append({"dataset": name, "prompt": index, "position": cut})
+                self.tables.append(tables[:2])
+
+    @staticmethod
+    def _load(config: Config):
+        """(target, draft, [(dataset, index, prompt ids)])."""
+        if config.quick:
+            sys.path.insert(0, str(Path(__file__).parent))
+            import batch_efficiency
+
+            target, draft = batch_efficiency.tiny_pair(config.seed)
+            gen = torch.Generator().manual_seed(config.seed)
+            prompts = [("random", i, torch.randint(64, (8,), generator=gen).tolist()) for i in range(2)]
+            return target, draft, prompts
+        from mdsd.data.prompts import prompts as prompt_set
+        from mdsd.hf import load_pair, pair_paths
+
+        paths = (config.target, config.draft) if config.target else pair_paths("qwen2.5-coder")
+        target, draft, tokenizer = load_pair(*paths, dtype="float32")
+        out = []
+        for name in config.datasets:
+            for p in prompt_set(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens):
+                out.append((name, p.index, list(p.input_ids)))
+        return target, draft, out
+
+    def __len__(self) -> int:
+        return len(self.prefixes) * len(self.config.temperatures)
+
+    def case(self, setting: tuple[int, str, str], index: int) -> tuple[dict, SequenceModel, SequenceModel]:
+        n, tree, law = setting
+        where, temperature = divmod(index, len(self.config.temperatures))
+        temperature = self.config.temperatures[temperature]
+        pair = [_retempered(m, n, temperature) for m in self.tables[where]]
+        meta = {"n": n, "tree": tree, "law": law, "case": index, "seed": self.config.seed}
+        meta |= {"temperature": temperature, "similarity": float("nan"), "context_free": False}
+        return meta | self.prefixes[where], *pair
+
+
+def _retempered(model: SequenceModel, n: int, temperature: float) -> SequenceModel:
+    """``model`` restricted to its first n tokens and re-tempered: p_T(t | u) ∝ p(t | u)^{1/T}."""
+    table = {}
+    for u in prefixes(n, model.depth):
+        logits = np.log(model(u)[:n]) / temperature
+        table[u] = np.exp(logits - np.logaddexp.reduce(logits))
+    return SequenceModel.from_table(table)
+
+
+def evaluate(
+    config: Config, setting: tuple[int, str, str], index: int, real: RealCases | None = None
+) -> dict:
     """Every exact value of one case (tokens per step E[accepted + 1])."""
-    meta, target, draft = draw_case(config, setting, index)
+    meta, target, draft = draw_case(config, setting, index) if real is None else real.case(setting, index)
     n, name, law = setting
     tree = TREES[name]
     start = time.perf_counter()
@@ -151,12 +246,13 @@ def evaluate(config: Config, setting: tuple[int, str, str], index: int) -> dict:
     return meta | out
 
 
-def _evaluate(args):
-    torch.set_num_threads(1)
+def _evaluate(args, real: RealCases | None = None):
+    if real is None:
+        torch.set_num_threads(1)
     try:
-        return evaluate(*args)
+        return evaluate(*args, real=real)
     except Exception as err:  # a failing computation is a finding: recorded, not fatal
-        meta, *_ = draw_case(*args)
+        meta, *_ = draw_case(*args) if real is None else real.case(*args[1:])
         return meta | {"error": repr(err)}
 
 
@@ -191,7 +287,8 @@ class Claim:
 
 def _case_id(record: dict) -> dict:
     keys = ("n", "tree", "law", "case", "seed", "temperature", "similarity", "context_free")
-    return {k: record[k] for k in keys}
+    keys += ("dataset", "prompt", "position")  # real cases
+    return {k: record[k] for k in keys if k in record}
 
 
 CLAIMS = {
@@ -334,15 +431,36 @@ def worked_example() -> dict:
 
 
 def markdown(
-    claims: list[dict], summary: list[dict], example: dict, config: Config, errors: int, hours: float
+    claims: list[dict],
+    summary: list[dict],
+    example: dict,
+    config: Config,
+    errors: int,
+    hours: float,
+    cases: int,
+    real_prefixes: list[dict],
 ) -> str:
+    if real_prefixes:
+        sets = sorted({p["dataset"] for p in real_prefixes})
+        pairs = (
+            f"{cases} real cases per setting (n in {list(config.ns)}, trees {list(config.trees)}, "
+            f"binary-tree laws {list(config.laws)}), from {len(real_prefixes)} prefixes × T in "
+            f"{list(config.temperatures)} (prefix-major): prompts of {sets}, each cut after "
+            f"{', '.join(str(RealCases.GAP * i) for i in range(config.positions))} tokens of the target's "
+            f"continuation at T = 1; "
+            f"{'tiny random pair (--quick)' if config.quick else 'Qwen2.5-Coder-1.5B / 0.5B'}; both models "
+            "restricted to the target's n likeliest next tokens after the prefix"
+        )
+    else:
+        pairs = (
+            f"{config.cases} random pairs per setting (n in {list(config.ns)}, trees {list(config.trees)}, "
+            f"binary-tree laws {list(config.laws)}; toy pairs, half context-free, T cycled over "
+            f"{list(config.temperatures)}, similarity uniform)"
+        )
     lines = [
         "# The sequence-level optimum of tokens per step, against every verifier",
         "",
-        f"{config.cases} random pairs per setting (n in {list(config.ns)}, trees {list(config.trees)}, "
-        f"binary-tree laws {list(config.laws)}; toy pairs, half context-free, T cycled over "
-        f"{list(config.temperatures)}, "
-        f"similarity uniform); seed {config.seed}; tolerance {TOL:g}; {errors} computations raised; "
+        f"{pairs}; seed {config.seed}; tolerance {TOL:g}; {errors} computations raised; "
         f"{hours:.2f} h of compute.",
         "",
         "## Sun et al.'s worked example (p = (1/3, 2/3), q = (2/3, 1/3), two drafted tokens)",
@@ -439,13 +557,21 @@ def main(argv: list[str] | None = None) -> Path:
     torch.set_num_threads(1)
     config = config_from_cli(Config, argv)
     if config.quick:
-        config = replace(config, ns=(2, 3), cases=2)
-    out = output_dir("tree_theorems", config.output_dir)
-    jobs = [(config, s, i) for s in settings(config) for i in range(config.cases)]
+        config = replace(config, ns=(2, 3), cases=2, prompts_per_set=1, positions=2)
+    if config.real and config.workers > 1:
+        raise ValueError("--real runs in one process (the models are loaded once): use --workers 1")
+    out = output_dir("tree_theorems_real" if config.real else "tree_theorems", config.output_dir)
     start = time.perf_counter()
+    real = RealCases(config) if config.real else None
+    cases = config.cases if real is None else min(config.cases, len(real))
+    jobs = [(config, s, i) for s in settings(config) for i in range(cases)]
     records = []
     with tqdm(total=len(jobs), desc="tree theorems", unit="case") as bar:
-        if config.workers > 1:
+        if real is not None:
+            for job in jobs:
+                records.append(_evaluate(job, real))
+                bar.update()
+        elif config.workers > 1:
             with multiprocessing.get_context("spawn").Pool(config.workers) as pool:
                 for r in pool.imap_unordered(_evaluate, jobs, chunksize=8):
                     records.append(r)
@@ -460,6 +586,7 @@ def main(argv: list[str] | None = None) -> Path:
     summary = setting_rows(records)
     example = worked_example()
     errors = sum("error" in r for r in records)
+    real_prefixes = [] if real is None else real.prefixes
     write_results(
         out,
         "tree_theorems",
@@ -470,10 +597,13 @@ def main(argv: list[str] | None = None) -> Path:
         settings=summary,
         errors=[r for r in records if "error" in r][:50],
         compute_hours=hours,
+        prefixes=real_prefixes,
     )
     _write_csv(out / "tree_theorems_settings.csv", summary)
     _write_csv(out / "tree_theorems_cases.csv.gz", records)
-    (out / "tree_theorems.md").write_text(markdown(claims, summary, example, config, errors, hours))
+    (out / "tree_theorems.md").write_text(
+        markdown(claims, summary, example, config, errors, hours, cases, real_prefixes)
+    )
     plot(records, out / "tree_theorems.png")
     print((out / "tree_theorems.md").read_text())
     print(f"results in {out}")

@@ -204,6 +204,44 @@ def test_tree_theorems_quick(tmp_path):
     assert "Sun et al.'s worked example" in (tmp_path / "tree_theorems.md").read_text()
 
 
+def test_tree_theorems_real_quick(tmp_path):
+    payload = run_script("tree_theorems", tmp_path, "--real")
+    claims = {r["claim"]: r for r in payload["rows"]}
+    for name in ("lp_certified", "lp_chain_equals_block", "block_le_lp", "nodewise_le_lp", "traversal_le_lp"):
+        assert claims[name]["checks"] > 0 and claims[name]["counterexamples"] == 0, claims[name]
+    prefixes = payload["prefixes"]
+    assert [p["position"] for p in prefixes] == [0, 4] * 2
+    assert "real cases per setting" in (tmp_path / "tree_theorems.md").read_text()
+
+
+def test_real_cases_restrict_and_retemper_exactly():
+    """A case's tables (read at n = 3, T = 1, then cut to n = 2 and re-tempered) are softmax(ℓ[:2] / T) of
+    the logits ℓ exactly, and the tables read directly at n = 2, T = 0.05 up to the float32 forwards."""
+    theorems = runpy.run_path(str(EXPERIMENTS / "tree_theorems.py"))
+    gen = np.random.default_rng(0)
+    logits = {u: gen.normal(0, 30, 3) for u in [(), (0,), (1,), (2,)]}
+    model = mdsd.SequenceModel.from_table({u: np.exp(v - np.logaddexp.reduce(v)) for u, v in logits.items()})
+    for temperature in (1e-3, 0.05, 1.0):
+        cut = theorems["_retempered"](model, 2, temperature)
+        for u in [(), (0,), (1,)]:
+            expected = torch.softmax(torch.from_numpy(logits[u][:2] / temperature), 0).numpy()
+            np.testing.assert_allclose(cut(u), expected, rtol=1e-9, atol=1e-300)
+    sys.path.insert(0, str(EXPERIMENTS))
+    import batch_efficiency
+
+    from mdsd.hf import read_sequence_pair
+
+    target, draft = batch_efficiency.tiny_pair(0)
+    prefix = torch.tensor([5, 9, 2, 40])
+    wide = read_sequence_pair(target, draft, prefix, 3, 2, temperature=1.0)
+    narrow = read_sequence_pair(target, draft, prefix, 2, 2, temperature=0.05)
+    assert narrow[2] == wide[2][:2]
+    for model, direct in zip(wide[:2], narrow[:2], strict=True):
+        cut = theorems["_retempered"](model, 2, 0.05)
+        for u in [(), (0,), (1,), (0, 1), (1, 1)]:
+            np.testing.assert_allclose(cut(u), direct(u), rtol=1e-4, atol=1e-12)
+
+
 def test_optimal_wor_gap_quick(tmp_path):
     rows = run_script("optimal_wor_gap", tmp_path)["rows"]
     assert len(rows) == 2 and {(r["temperature"], r["k"]) for r in rows} == {(1.0, 2)}
