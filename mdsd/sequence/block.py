@@ -114,7 +114,7 @@ def _verify(
     weights = torch.stack(w, dim=-1)  # w_0..w_L [B, L + 1]
     diff = weights[:, 1:L, None].to(p.dtype) * p[:, 1:L] - q[:, 1:L]  # [B, L - 1, V]
     num = diff.clamp_min(0).sum(-1, dtype=torch.float64)
-    den = (-diff).clamp_min(0).sum(-1, dtype=torch.float64)
+    den = num + (1.0 - weights[:, 1:L])  # Σ(q − w p)+ = Σ(w p − q)+ + 1 − w: no cancellation, h <= 1
     accept = torch.cat(
         [(u.accept[:, : L - 1] * den < num) | (den == 0), (u.accept[:, -1] < weights[:, L])[:, None]], 1
     )
@@ -146,7 +146,7 @@ def chain_decisions(
     for i in range(L):
         diff = w[i] * p_rows[i] - q_rows[i]
         num = np.maximum(diff, 0.0).sum()
-        tests[i] = (num, np.maximum(-diff, 0.0).sum())
+        tests[i] = (num, num + (1.0 - w[i]))  # Σ(q − w p)+ by Σ p = Σ q = 1, not by cancellation
         residual[i] = np.maximum(diff, 0.0) / num if num > 0 else p_rows[i]
     tests[L], residual[L] = (w[L], 1.0), p_rows[L]
     return tests, residual

@@ -39,7 +39,7 @@ def _norm(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 
 def _ratio(num: float, den: float) -> float:
     """min(1, num / den); a zero denominator is a branch of probability zero (any value will do)."""
-    return min(1.0, num / den) if den > 0 else 1.0
+    return 1.0 if num >= den else num / den  # never num / den > 1: no overflow for subnormal den
 
 
 def _onehot(n: int, y: int) -> np.ndarray:
@@ -93,7 +93,10 @@ def _kseq(p, q, xs):
 def _spechub(p, q, xs):
     n, a = p.size, int(ranked(q)[0])
     others = np.arange(n) != a
-    pair = np.where(others, q[a] * q / q[others].sum(), 0.0)  # Q(a, j)
+    total = q[others].sum()
+    pair = np.zeros(n)  # Q(a, j)
+    if total > 0:
+        pair[others] = q[a] * (q[others] / total)
     gain = np.where(others, np.maximum(p - q, 0.0), 0.0)
     s_ia = np.maximum(q - p, 0.0)[others].sum()
     s_ai = np.maximum(pair - gain, 0.0)[others].sum()

@@ -205,14 +205,14 @@ def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
         diff = w[:, b, None].to(p.dtype) * target[:, i] - draft[:, i]  # [B, V]
         gain = diff.clamp_min(0)
         num = gain.sum(-1, dtype=torch.float64)
-        den = (-diff).clamp_min(0).sum(-1, dtype=torch.float64)
-        scaled = (gain.double() / num.clamp_min(1e-300)[:, None]).to(p.dtype)
+        den = num + (draft[:, i] > 0).any(-1) - w[:, b]  # Σ(Q_β − w_β P_β)+ by Σ P = 1, Σ Q ∈ {0, 1}
+        scaled = (gain.double() / torch.where(num > 0, num, 1.0)[:, None]).to(p.dtype)
         target[:, i] = torch.where((num > 0)[:, None], scaled, target[:, i])
-        w[:, b] = torch.where(den > 0, num / den.clamp_min(1e-300), 1.0)
+        w[:, b] = torch.where(den > num, num / torch.where(den > num, den, 1.0), 1.0)
         if wor:
             removed = draft[:, i].scatter(-1, x, 0.0)
             mass = removed.sum(-1, keepdim=True, dtype=torch.float64)
-            scaled = (removed.double() / mass.clamp_min(1e-300)).to(p.dtype)
+            scaled = (removed.double() / torch.where(mass > 0, mass, 1.0)).to(p.dtype)
             draft[:, i] = torch.where(mass > 0, scaled, removed)
     return target
 
@@ -264,9 +264,10 @@ def traversal_tests(
         out.append((a, w[a], P[a]))
         diff = w[b] * P[b] - Q[b]
         gain = np.maximum(diff, 0.0)
-        num, den = gain.sum(), np.maximum(-diff, 0.0).sum()
+        num = gain.sum()
+        den = num + float(Q[b].any()) - w[b]  # Σ(Q − w P)+ by Σ P = 1, Σ Q ∈ {0, 1}: no cancellation
         P[b] = gain / num if num > 0 else P[b]
-        w[b] = num / den if den > 0 else 1.0
+        w[b] = num / den if den > num else 1.0
         if without_replacement:
             removed = Q[b].copy()
             removed[x] = 0.0

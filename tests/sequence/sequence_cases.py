@@ -20,6 +20,8 @@ FAMILIES = (
     "disjoint",
     "extreme",
     "ties",
+    "cold_close",
+    "cold_tail",
 )
 
 
@@ -27,6 +29,10 @@ def _row(rng: np.random.Generator, n: int, family: str) -> np.ndarray:
     """One next-token law [n] of the given family (never smoothed: exact zeros and 1e-300 stay)."""
     if family == "one_hot":
         return np.eye(n)[rng.integers(n)]
+    if family == "cold_tail":  # one token and a tail of 1e-300 down to subnormals (a real pair at T << 1)
+        v = 10.0 ** rng.uniform(-323, -300, n)
+        v[rng.integers(n)] = 1.0
+        return v / v.sum()
     if family == "zeros":
         v = rng.dirichlet(np.ones(n)) * (rng.random(n) < 0.6)
     elif family == "extreme":
@@ -56,11 +62,14 @@ def random_pair(
 ) -> tuple[SequenceModel, SequenceModel]:
     """A (target, draft) pair covering prefixes of length <= depth; every draft row has at least
     ``min_support`` tokens with positive mass."""
-    if family in ("toy", "toy_cold", "context_free"):
-        temperature = {"toy": rng.choice([0.1, 0.3, 1.0]), "toy_cold": 1e-3, "context_free": 0.3}[family]
+    if family in ("toy", "toy_cold", "context_free", "cold_close"):
+        temperature = {"toy": rng.choice([0.1, 0.3, 1.0]), "toy_cold": 1e-3, "context_free": 0.3}.get(family)
+        similarity = float(rng.random())
+        if family == "cold_close":  # target and draft nearly agree, both nearly one-hot (real pairs, T << 1)
+            temperature, similarity = rng.choice([1e-3, 2e-3, 1e-2]), float(rng.choice([1.0, 0.99, 0.95]))
         gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
         return toy_sequence_pair(
-            n, depth, float(temperature), float(rng.random()), gen, context_free=family == "context_free"
+            n, depth, float(temperature), similarity, gen, context_free=family == "context_free"
         )
     target, draft = {}, {}
     for u in prefixes(n, depth):
