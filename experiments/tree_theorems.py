@@ -32,7 +32,7 @@ mdsd.hf.read_sequence_pair reads both models' conditionals over the target's max
 tokens for every string up to the deepest tree (one tree-attention forward per model), at T = 1; every n
 and temperature of the case is that table restricted to the first n kept tokens and re-tempered
 (p_T(t | u) ∝ p_1(t | u)^{1/T} over the kept tokens). A case is (prefix, temperature); the same claims
-are checked:
+are checked, and the T = 1 tables are saved (real_tables.npz) so any case can be rebuilt without the models:
 
     python experiments/tree_theorems.py --real --output-dir results/tree_theorems_real   # ~15 min on 2 CPUs
     python experiments/tree_theorems.py --real --quick                                    # tiny random pair
@@ -164,8 +164,20 @@ class RealCases:
             for cut in range(0, continuation.numel() + 1, self.GAP):
                 prefix = torch.cat([prompt, continuation[:cut]])
                 tables = read_sequence_pair(target, draft, prefix, n, depth, temperature=1.0)
-                self.prefixes.append({"dataset": name, "prompt": index, "position": cut})
+                self.prefixes.append({"dataset": name, "prompt": index, "position": cut, "kept": tables[2]})
                 self.tables.append(tables[:2])
+
+    def save(self, path: Path) -> None:
+        """The T = 1 tables as arrays [prefix, string, n] beside the strings (in mdsd.sequence.models
+        .prefixes order): SequenceModel.from_table(dict(zip(strings, target[i]))) rebuilds prefix i."""
+        strings = list(prefixes(max(self.config.ns), self.tables[0][0].depth))
+        rows = {
+            who: np.array([[pair[j](u) for u in strings] for pair in self.tables])
+            for j, who in enumerate(("target", "draft"))
+        }
+        lengths = np.array([len(u) for u in strings])
+        padded = np.array([list(u) + [-1] * (lengths.max() - len(u)) for u in strings])
+        np.savez_compressed(path, strings=padded, lengths=lengths, **rows)
 
     @staticmethod
     def _load(config: Config):
@@ -587,6 +599,8 @@ def main(argv: list[str] | None = None) -> Path:
     example = worked_example()
     errors = sum("error" in r for r in records)
     real_prefixes = [] if real is None else real.prefixes
+    if real is not None:
+        real.save(out / "real_tables.npz")
     write_results(
         out,
         "tree_theorems",

@@ -211,6 +211,9 @@ def test_tree_theorems_real_quick(tmp_path):
         assert claims[name]["checks"] > 0 and claims[name]["counterexamples"] == 0, claims[name]
     prefixes = payload["prefixes"]
     assert [p["position"] for p in prefixes] == [0, 4] * 2
+    saved = np.load(tmp_path / "real_tables.npz")
+    assert saved["target"].shape == saved["draft"].shape == (4, 1 + 3 + 9 + 27, 3)
+    np.testing.assert_allclose(saved["target"].sum(-1), 1.0, rtol=1e-12)
     assert "real cases per setting" in (tmp_path / "tree_theorems.md").read_text()
 
 
