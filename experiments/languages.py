@@ -211,8 +211,16 @@ def plot(rows: list[dict], config: Config, path: Path) -> None:
             )
             for lang in langs
         ]
-        label = f"α* {name}" if kind == "optimum" else name
-        left.bar(np.arange(len(langs)) + (j - (len(names) - 1) / 2) * width, values, width, label=label)
+        optimum = kind == "optimum"
+        left.bar(
+            np.arange(len(langs)) + (j - (len(names) - 1) / 2) * width,
+            values,
+            width,
+            label=f"α* {name}" if optimum else name,
+            color=plt.cm.tab20(j % 20),
+            hatch="//" if optimum else None,
+            edgecolor="white" if optimum else None,
+        )
     left.set_xticks(range(len(langs)), [lang.removeprefix("udhr-") for lang in langs])
     left.set(ylabel=f"acceptance at k = 2, T = {config.temperature}", ylim=(0, 1))
     left.legend(fontsize=6, ncol=2)
@@ -224,7 +232,7 @@ def plot(rows: list[dict], config: Config, path: Path) -> None:
         values = [r["tokens_per_forward"] if r else np.nan for r in mine]
         err = np.array(
             [
-                [r["tokens_per_forward"] - r["ci95"][0], r["ci95"][1] - r["tokens_per_forward"]]
+                [r["tokens_per_forward"] - max(r["ci95"][0], 1.0), r["ci95"][1] - r["tokens_per_forward"]]
                 if r and r["ci95"]
                 else [0.0, 0.0]
                 for r in mine
@@ -239,7 +247,7 @@ def plot(rows: list[dict], config: Config, path: Path) -> None:
             capsize=2,
         )
     right.set_xticks(range(len(langs)), [lang.removeprefix("udhr-") for lang in langs])
-    right.set(ylabel="tokens per target forward (95% CI)")
+    right.set(ylabel="tokens per target forward (95% CI over prompts, >= 1)")
     right.legend(fontsize=7)
     for ax in (left, right):
         ax.grid(axis="y", alpha=0.3)
@@ -274,12 +282,15 @@ def summary(rows: list[dict], config: Config) -> str:
         "",
         "## Tokens per target forward: the draft model against the language's datastore",
         "",
+        f"95% t-interval over the {config.decode_prompts} prompts, clipped below at 1 token per forward "
+        f"({config.decode_prompts - 1} degrees of freedom: with few prompts it is wide).",
+        "",
         "| language | method | tokens / target forward (95% CI) | tokens/s | datastore tokens |",
         "|---|---|---|---|---|",
     ]
     for r in rows:
         if r["part"] == "decode":
-            ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
+            ci = f" ({max(r['ci95'][0], 1.0):.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
             lines.append(
                 f"| {r['language']} | {r['method']} | {r['tokens_per_forward']:.3f}{ci} | "
                 f"{r['tokens_per_second']:.2f} | {r['datastore_tokens']} |"
