@@ -257,11 +257,14 @@ def plot(rows: list[dict], config: Config, path: Path) -> None:
 
 
 def summary(rows: list[dict], config: Config) -> str:
+    counts = {r["language"]: r["positions"] for r in rows if r["part"] == "acceptance"}
+    positions = ", ".join(f"{lang.removeprefix('udhr-')} {n}" for lang, n in counts.items())
     lines = [
         "# Acceptance and speed by language",
         "",
-        f"T = {config.temperature}; acceptance over {config.record_prompts} prompts x {config.record_tokens} "
-        f"recorded positions per language (top-{config.m} union + lumped tail), exact; decoding: "
+        f"T = {config.temperature}; acceptance over up to {config.record_prompts} prompts x "
+        f"{config.record_tokens} recorded positions per language (top-{config.m} union + lumped tail), "
+        f"exact; continuations stop at EOS, so the positions are {positions}; decoding: "
         f"{config.decode_prompts} prompts x {config.max_new_tokens} tokens per language.",
         "",
         "## Mean exact acceptance (α*: the law's optimum; -: not defined or out of exact reach)",
