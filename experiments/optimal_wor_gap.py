@@ -2,7 +2,8 @@
 
 For drafts without replacement on more than ``OptimalVerifier.flow_tuples`` draft tuples, the optimal
 verifier runs its i.i.d. fallback (mdsd/verifiers/optimal.py): lossless, acceptance at least α*_iid(k)
-and at most α*_wor(k), not computable exactly. This script measures it on the bundled real corpus
+and at most α*_wor(k), exact only for k = 2 (mdsd.verifiers.optimal.fallback_acceptance_2, which the
+simulation here does not use). This script measures it on the bundled real corpus
 (mdsd.data.real_pairs: Qwen2.5-Coder 1.5B / 0.5B pairs, support exact, tail lumped into one token) by
 simulation (estimate_acceptance: Wilson 95% interval), beside the exact α*_iid (min-cut dual, proven)
 and α*_wor (min-cut dual over sorted prefixes: proven for k = 2, conjectured for k >= 3; see

@@ -112,17 +112,37 @@ def _fallback_output_law(p, q, k):
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_without_replacement_fallback_is_lossless(k):
-    """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance()
-    refuses to guess it."""
+    """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance() is
+    the enumerated value for k = 2 and refuses to guess it for k = 3."""
     v = OptimalVerifier(k, law="wor", flow_tuples=0)
-    for p, q in _cases(v, 30, seed=60 + k, sizes=(3, 4, 5)):
+    for p, q in _cases(v, 60 if k == 2 else 30, seed=60 + k, sizes=(3, 4, 5, 6)):
         law, accepted = _fallback_output_law(p, q, k)
         np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
         low = mdsd.optimal_acceptance(p, q, mdsd.IID(k), method="lp")
         high = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k), method="lp")
         assert low - 1e-9 <= accepted <= high + 1e-9
-    with pytest.raises(ValueError, match="estimate it"):
-        v.acceptance(p, q)
+        if k == 2:
+            assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12), (p, q)
+    if k == 3:
+        with pytest.raises(ValueError, match="estimate it"):
+            v.acceptance(p, q)
+
+
+def test_without_replacement_fallback_acceptance_at_full_vocabulary():
+    """k = 2 at V = 151,936 (the fallback's own path): between α*_iid and α*_wor, and within a Wilson
+    interval of the sampler's acceptance."""
+    rng = np.random.default_rng(5)
+    v = mdsd.verifier("optimal", 2, law="wor")
+    for temperature in (0.05, 1.0):
+        logits = rng.normal(0, 3, (2, 151_936))
+        p, q = (np.exp(x / temperature - np.logaddexp.reduce(x / temperature)) for x in logits)
+        q = np.exp(np.log(np.maximum(p, 1e-300)) * 0.5 + logits[1] * 0.5 / temperature)
+        q /= q.sum()
+        exact = v.acceptance(p, q)
+        low = mdsd.optimal_acceptance(p, q, mdsd.IID(2))
+        assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(2)) + 1e-9
+        est = mdsd.estimate_acceptance(v, p, q, 20_000, seed=1)
+        assert est.low - 1e-3 <= exact <= est.high + 1e-3, (temperature, exact, est)
 
 
 def test_acceptance_is_alpha_star_at_full_vocabulary():
