@@ -283,6 +283,8 @@ def _row(name: str, runs: list[PromptRun]) -> ComparisonRow:
     tokens = [r.tokens for r in runs]
     forwards = [r.target_forwards for r in runs]
     ratio, ci = ratio_interval(tokens, forwards)
+    if ci is not None:  # every target forward emits at least one token: the interval stops at 1
+        ci = (max(ci[0], 1.0), ci[1])
     steps, seconds = sum(r.steps for r in runs), sum(r.seconds for r in runs)
     return ComparisonRow(
         method=name,
