@@ -143,13 +143,20 @@ def _source(method: str) -> str:
     return source if tree.startswith("none/") else f"model+{source}"
 
 
+def _overlap(a, b) -> bool:
+    """Whether two 95% intervals (low, high) overlap (True when either is missing: nothing is settled)."""
+    return not a or not b or (a[0] <= b[1] and b[0] <= a[1])
+
+
 def summary(rows: list[dict], config: Config) -> str:
     lines = [
         "# Draft sources: the draft model, training-free sources, and mixed trees",
         "",
         f"{config.max_new_tokens} new tokens per prompt, first {config.prompts_per_set} prompts per set, "
         f"retrieved chains {config.retrieve[0]} x {config.retrieve[1]}; tokens per target forward with a 95% "
-        "interval over prompts; 'from source': share of accepted drafted tokens that the source proposed.",
+        f"t-interval over the prompts ({config.prompts_per_set - 1} degrees of freedom per set; clipped "
+        "below at 1 token per forward); 'from source': share of accepted drafted tokens that the source "
+        "proposed.",
     ]
     for d in config.datasets:
         for t in config.temperatures:
@@ -162,7 +169,7 @@ def summary(rows: list[dict], config: Config) -> str:
                 "|---|---|---|---|---|---|",
             ]
             for r in mine:
-                ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
+                ci = f" ({max(r['ci95'][0], 1.0):.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
                 share = "" if r.get("retrieved_share") is None else f"{r['retrieved_share']:.0%}"
                 lines.append(
                     f"| {r['method']} | {_source(r['method'])} | {r['tokens_per_forward']:.3f}{ci} | "
@@ -181,11 +188,13 @@ def summary(rows: list[dict], config: Config) -> str:
                     gain = r["tokens_per_forward"] - model["tokens_per_forward"]
                     forward = "beats" if gain > 0 else "ties with" if gain == 0 else "loses to"
                     speed = "faster" if r["tokens_per_second"] > model["tokens_per_second"] else "slower"
+                    overlap = _overlap(r.get("ci95"), model.get("ci95")) * "; the 95% intervals overlap"
                     lines.append(
                         f"\n- {kind} (best: {r['method']}) {forward} the draft model's best "
                         f"({model['method']}) in tokens per target forward ({r['tokens_per_forward']:.2f} vs "
-                        f"{model['tokens_per_forward']:.2f}) and is {speed} ({r['tokens_per_second']:.2f} vs "
-                        f"{model['tokens_per_second']:.2f} tokens/s)."
+                        f"{model['tokens_per_forward']:.2f}{overlap}) "
+                        f"and is {speed} ({r['tokens_per_second']:.2f} vs {model['tokens_per_second']:.2f} "
+                        "tokens/s)."
                     )
     return "\n".join(lines) + "\n"
 
