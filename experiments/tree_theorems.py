@@ -600,6 +600,7 @@ def main(argv: list[str] | None = None) -> Path:
     errors = sum("error" in r for r in records)
     real_prefixes = [] if real is None else real.prefixes
     if real is not None:
+        out.mkdir(parents=True, exist_ok=True)
         real.save(out / "real_tables.npz")
     write_results(
         out,

@@ -205,6 +205,7 @@ def test_tree_theorems_quick(tmp_path):
 
 
 def test_tree_theorems_real_quick(tmp_path):
+    tmp_path = tmp_path / "fresh"  # a directory the run creates
     payload = run_script("tree_theorems", tmp_path, "--real")
     claims = {r["claim"]: r for r in payload["rows"]}
     for name in ("lp_certified", "lp_chain_equals_block", "block_le_lp", "nodewise_le_lp", "traversal_le_lp"):
