@@ -91,7 +91,7 @@ class Config:
 QUICK = dict(
     threads=1,
     max_new_tokens=8,
-    batches=(1, 2, 4),
+    batches=(1, 4, 16),
     trees=("chain:2", "binary:2"),
     verifiers=("rrs",),
     repeats=2,

@@ -500,12 +500,12 @@ def test_cost_model_quick_end_to_end(tmp_path):
     payload = json.loads((tmp_path / "cost_model.json").read_text())
     meta, rows = payload["metadata"], payload["rows"]
     assert meta["config"]["quick"] is True and meta["seed"] == meta["config"]["seed"] == 0
-    assert meta["config"]["batches"] == [1, 2, 4] and meta["versions"]["torch"]
+    assert meta["config"]["batches"] == [1, 4, 16] and meta["versions"]["torch"]
     assert (tmp_path / "cost_model.csv").read_text().count("\n") == len(rows) + 1
     assert len(rows) == 3 * (1 + 2)  # per B: autoregressive, two trees with one verifier
     assert meta["models"]["target"]["class"] == "Qwen2ForCausalLM"
     profiles = [CostProfile.load(tmp_path / payload["profiles"][who]) for who in ("target", "draft")]
-    assert profiles[0].model == meta["models"]["target"] and profiles[0].batches == (1, 2, 4)
+    assert profiles[0].model == meta["models"]["target"] and profiles[0].batches == (1, 4, 16)
     # the numbers are the API's: one row's prediction recomputed from the saved profiles and overhead
     row = next(r for r in rows if (r["tree"], r["batch"]) == ("binary:2", 4))
     overhead = Overhead(**payload["overheads"]["rrs"])
