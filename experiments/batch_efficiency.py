@@ -52,6 +52,7 @@ import torch
 
 import mdsd
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.hf.comparison import interval, intervals_overlap
 from mdsd.sweep import per_process, run_tasks
 from mdsd.tree.decoder import PATH_RULES
 
@@ -355,23 +356,60 @@ def summary(rows: list[dict], config: Config, prompts: int) -> str:
         "",
         f"Device {config.device}, dtype {config.dtype}, {config.threads} threads; {prompts} prompts "
         f"({', '.join(config.datasets)}), {config.max_new_tokens} new tokens each; prompt i decoded with "
-        f"seed {config.seed} + i by every method. Tokens per target forward: ratio of sums, 95% interval "
-        "over prompts; forwards counted by one forward hook for every method.",
+        f"seed {config.seed} + i by every method. Tokens per target forward and tokens/s: ratios of sums, "
+        "95% t-intervals over prompts; forwards counted by one forward hook for every method.",
         "",
-        "| T | method | tokens / target forward (95% CI) | predicted | tokens / step | tokens/s | "
+        "| T | method | tokens / target forward (95% CI) | predicted | tokens / step | tokens/s (95% CI) | "
         "target fwd | draft fwd | from source |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
         pred = "" if r.get("predicted_tokens_per_step") is None else f"{r['predicted_tokens_per_step']:.2f}"
         share = "" if r.get("retrieved_share") is None else f"{r['retrieved_share']:.0%}"
         lines.append(
-            f"| {r['temperature']} | {r['method']} | {r['tokens_per_forward']:.3f}{ci} | {pred} | "
-            f"{r['tokens_per_step']:.3f} | {r['tokens_per_second']:.2f} | {r['target_forwards']} | "
-            f"{r['draft_forwards']} | {share} |"
+            f"| {r['temperature']} | {r['method']} | {r['tokens_per_forward']:.3f}{interval(r['ci95'])} | "
+            f"{pred} | {r['tokens_per_step']:.3f} | "
+            f"{r['tokens_per_second']:.2f}{interval(r['tokens_per_second_ci95'])} | "
+            f"{r['target_forwards']} | {r['draft_forwards']} | {share} |"
         )
+    for t in dict.fromkeys(r["temperature"] for r in rows):
+        lines += verdicts([r for r in rows if r["temperature"] == t], t)
     return "\n".join(lines) + "\n"
+
+
+def verdicts(rows: list[dict], temperature: float) -> list[str]:
+    """At one temperature: mdsd's best methods against HF assisted generation, and each verifier's dynamic
+    tree against its best fixed tree, saying where the 95% intervals overlap."""
+    ours = [r for r in rows if not r["method"].startswith("hf-")]
+    lines = ["", f"## T = {temperature}", ""]
+    for hf in (r for r in rows if r["method"].startswith("hf-assisted")):
+        for key, label, ci in (
+            ("tokens_per_forward", "tokens per target forward", "ci95"),
+            ("tokens_per_second", "tokens/s", "tokens_per_second_ci95"),
+        ):
+            if ours:
+                best = max(ours, key=lambda r: r[key])
+                lines.append(f"- {label}: {compared(best, hf, key, ci)}")
+    by_verifier: dict[str, list[dict]] = {}
+    for r in ours:
+        tree, verifier = r["method"].split("+")[0].split("/")[:2]
+        by_verifier.setdefault(verifier, []).append(r)
+    for verifier, mine in by_verifier.items():
+        dynamic = [r for r in mine if r["method"].startswith("dynamic:")]
+        fixed = [r for r in mine if not r["method"].startswith("dynamic:")]
+        if dynamic and fixed:
+            best_fixed = max(fixed, key=lambda r: r["tokens_per_forward"])
+            for r in dynamic:
+                versus = compared(r, best_fixed, "tokens_per_forward", "ci95")
+                lines.append(f"- {verifier}, tokens per target forward: {versus}")
+    return lines
+
+
+def compared(a: dict, b: dict, key: str, ci: str) -> str:
+    """'A beats B (x vs y; the 95% intervals overlap)' for one measure of two result rows."""
+    verb = "beats" if a[key] > b[key] else "ties with" if a[key] == b[key] else "loses to"
+    overlap = "; the 95% intervals overlap" if intervals_overlap(a.get(ci), b.get(ci)) else ""
+    return f"{a['method']} {verb} {b['method']} ({a[key]:.2f} vs {b[key]:.2f}{overlap})"
 
 
 if __name__ == "__main__":

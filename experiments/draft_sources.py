@@ -39,6 +39,7 @@ import batch_efficiency  # noqa: E402  (the sibling experiment: method specs and
 
 from mdsd.data import cache_dir  # noqa: E402
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results  # noqa: E402
+from mdsd.hf.comparison import intervals_overlap  # noqa: E402
 from mdsd.sweep import run_tasks  # noqa: E402
 
 METHODS = (
@@ -143,11 +144,6 @@ def _source(method: str) -> str:
     return source if tree.startswith("none/") else f"model+{source}"
 
 
-def _overlap(a, b) -> bool:
-    """Whether two 95% intervals (low, high) overlap (True when either is missing: nothing is settled)."""
-    return not a or not b or (a[0] <= b[1] and b[0] <= a[1])
-
-
 def summary(rows: list[dict], config: Config) -> str:
     lines = [
         "# Draft sources: the draft model, training-free sources, and mixed trees",
@@ -188,7 +184,9 @@ def summary(rows: list[dict], config: Config) -> str:
                     gain = r["tokens_per_forward"] - model["tokens_per_forward"]
                     forward = "beats" if gain > 0 else "ties with" if gain == 0 else "loses to"
                     speed = "faster" if r["tokens_per_second"] > model["tokens_per_second"] else "slower"
-                    overlap = _overlap(r.get("ci95"), model.get("ci95")) * "; the 95% intervals overlap"
+                    overlap = (
+                        intervals_overlap(r.get("ci95"), model.get("ci95")) * "; the 95% intervals overlap"
+                    )
                     lines.append(
                         f"\n- {kind} (best: {r['method']}) {forward} the draft model's best "
                         f"({model['method']}) in tokens per target forward ({r['tokens_per_forward']:.2f} vs "

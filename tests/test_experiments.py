@@ -152,6 +152,34 @@ def test_batch_efficiency_quick(tmp_path):
     assert "| 0.6 | chain:3/single |" in (tmp_path / "summary.md").read_text()
 
 
+def test_batch_efficiency_verdicts_name_the_winner_and_overlapping_intervals():
+    verdicts = runpy.run_path(str(EXPERIMENTS / "batch_efficiency.py"))["verdicts"]
+
+    def row(method, tpf, ci, speed, speed_ci):
+        return dict(
+            method=method,
+            tokens_per_forward=tpf,
+            ci95=ci,
+            tokens_per_second=speed,
+            tokens_per_second_ci95=speed_ci,
+        )
+
+    rows = [
+        row("hf-assisted", 4.0, (3.0, 5.0), 2.0, (1.8, 2.2)),
+        row("chain:4/single", 3.0, (2.5, 3.5), 2.5, (2.3, 2.7)),
+        row("binary:3/rrsw", 5.0, (4.5, 5.5), 1.5, (1.0, 2.0)),
+        row("dynamic:8,2,3,24/rrsw", 6.0, (5.2, 6.8), 1.2, None),
+    ]
+    lines = verdicts(rows, 0.6)
+    assert lines[1] == "## T = 0.6"
+    assert lines[3] == "- tokens per target forward: dynamic:8,2,3,24/rrsw beats hf-assisted (6.00 vs 4.00)"
+    assert lines[4] == "- tokens/s: chain:4/single beats hf-assisted (2.50 vs 2.00)"
+    dynamic = "- rrsw, tokens per target forward: dynamic:8,2,3,24/rrsw beats binary:3/rrsw (6.00 vs 5.00"
+    assert lines[5] == dynamic + "; the 95% intervals overlap)" and len(lines) == 6
+    rows[1]["tokens_per_second_ci95"] = (2.1, 2.7)  # now it meets hf-assisted's interval
+    assert verdicts(rows, 0.6)[4].endswith("(2.50 vs 2.00; the 95% intervals overlap)")
+
+
 def test_draft_sources_quick(tmp_path):
     rows = run_script("draft_sources", tmp_path, "--max-new-tokens", "6")["rows"]
     assert {r["dataset"] for r in rows} == {"humaneval", "mt-bench"}

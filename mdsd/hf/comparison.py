@@ -183,6 +183,7 @@ class ComparisonRow:
     ci95: tuple[float, float] | None  # of tokens_per_forward, ratio_interval over prompts (None: 1 prompt)
     tokens_per_step: float
     tokens_per_second: float
+    tokens_per_second_ci95: tuple[float, float] | None  # ratio_interval of Σ tokens / Σ seconds, >= 0
 
 
 @dataclass(frozen=True)
@@ -198,20 +199,24 @@ class Comparison:
 
     def records(self) -> list[dict]:
         """The rows as plain dicts (JSON-ready), e.g. for :func:`mdsd.experiment.write_results`."""
-        return [dataclasses.asdict(row) | {"ci95": list(row.ci95) if row.ci95 else None} for row in self.rows]
+        return [
+            dataclasses.asdict(row)
+            | {"ci95": _listed(row.ci95), "tokens_per_second_ci95": _listed(row.tokens_per_second_ci95)}
+            for row in self.rows
+        ]
 
     def markdown(self) -> str:
         """The table, one line per method."""
         lines = [
-            "| method | tokens / target forward (95% CI) | tokens / step | tokens/s | target forwards | "
-            "draft forwards | tokens |",
+            "| method | tokens / target forward (95% CI) | tokens / step | tokens/s (95% CI) | "
+            "target forwards | draft forwards | tokens |",
             "|---|---|---|---|---|---|---|",
         ]
         for r in self.rows:
-            ci = f" ({r.ci95[0]:.2f}-{r.ci95[1]:.2f})" if r.ci95 is not None else ""
             lines.append(
-                f"| {r.method} | {r.tokens_per_forward:.3f}{ci} | {r.tokens_per_step:.3f} | "
-                f"{r.tokens_per_second:.2f} | {r.target_forwards} | {r.draft_forwards} | {r.tokens} |"
+                f"| {r.method} | {r.tokens_per_forward:.3f}{interval(r.ci95)} | {r.tokens_per_step:.3f} | "
+                f"{r.tokens_per_second:.2f}{interval(r.tokens_per_second_ci95)} | {r.target_forwards} | "
+                f"{r.draft_forwards} | {r.tokens} |"
             )
         return "\n".join(lines) + "\n"
 
@@ -286,6 +291,9 @@ def _row(name: str, runs: list[PromptRun]) -> ComparisonRow:
     if ci is not None:  # every target forward emits at least one token: the interval stops at 1
         ci = (max(ci[0], 1.0), ci[1])
     steps, seconds = sum(r.steps for r in runs), sum(r.seconds for r in runs)
+    speed, speed_ci = ratio_interval(tokens, [r.seconds for r in runs]) if seconds > 0 else (math.inf, None)
+    if speed_ci is not None:
+        speed_ci = (max(speed_ci[0], 0.0), speed_ci[1])
     return ComparisonRow(
         method=name,
         prompts=len(runs),
@@ -297,8 +305,23 @@ def _row(name: str, runs: list[PromptRun]) -> ComparisonRow:
         tokens_per_forward=ratio,
         ci95=ci,
         tokens_per_step=sum(tokens) / steps,
-        tokens_per_second=sum(tokens) / seconds if seconds > 0 else math.inf,
+        tokens_per_second=speed,
+        tokens_per_second_ci95=speed_ci,
     )
+
+
+def _listed(ci: tuple[float, float] | None) -> list[float] | None:
+    return list(ci) if ci is not None else None
+
+
+def interval(ci: Sequence[float] | None) -> str:
+    """`` (low-high)`` for a table cell, or ``""`` where there is no interval (one prompt)."""
+    return f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci is not None else ""
+
+
+def intervals_overlap(a: Sequence[float] | None, b: Sequence[float] | None) -> bool:
+    """Whether two intervals (low, high) overlap; True when either is missing (nothing is settled)."""
+    return not a or not b or (a[0] <= b[1] and b[0] <= a[1])
 
 
 def ratio_interval(

@@ -368,7 +368,10 @@ def test_compare_runs_every_method_alike_and_sums_the_table(pair):
         assert (row.tokens_per_forward, row.ci95) == (ratio, (max(low, 1.0), high))  # >= 1 token a forward
         assert row.tokens_per_step == sum(tokens) / sum(r.steps for r in runs)
         assert row.draft_forwards == sum(r.draft_forwards for r in runs)
-        assert row.tokens_per_second == pytest.approx(sum(tokens) / sum(r.seconds for r in runs))
+        seconds = [r.seconds for r in runs]
+        assert row.tokens_per_second == pytest.approx(sum(tokens) / sum(seconds))
+        speed, (low, high) = ratio_interval(tokens, seconds)
+        assert (row.tokens_per_second, row.tokens_per_second_ci95) == (speed, (max(low, 0.0), high))
     assert result.rows[0].tokens_per_forward == 1 and result.rows[0].draft_forwards == 0
     assert result.rows[2].tokens_per_forward > 1
     # the same seeds as each method run alone
@@ -378,7 +381,11 @@ def test_compare_runs_every_method_alike_and_sums_the_table(pair):
     for i, prompt in enumerate(PROMPTS):
         alone = decoder.generate(torch.tensor([prompt]), 6, torch.Generator().manual_seed(5 + i))
         assert result.runs[6 + i].output.tokens.tolist() == alone.tokens.tolist()
-    assert result.records()[1] == dataclasses.asdict(result.rows[1]) | {"ci95": list(result.rows[1].ci95)}
+    row = result.rows[1]
+    assert result.records()[1] == dataclasses.asdict(row) | {
+        "ci95": list(row.ci95),
+        "tokens_per_second_ci95": list(row.tokens_per_second_ci95),
+    }
     table = result.markdown().splitlines()
     assert len(table) == 5 and all(table[2 + i].startswith(f"| {name} | ") for i, name in enumerate(names))
 
