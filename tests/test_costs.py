@@ -505,7 +505,8 @@ def test_cost_model_quick_end_to_end(tmp_path):
     assert len(rows) == 3 * (1 + 2)  # per B: autoregressive, two trees with one verifier
     assert meta["models"]["target"]["class"] == "Qwen2ForCausalLM"
     profiles = [CostProfile.load(tmp_path / payload["profiles"][who]) for who in ("target", "draft")]
-    assert profiles[0].model == meta["models"]["target"] and profiles[0].batches == (1, 4, 16)
+    assert profiles[0].model == meta["models"]["target"]
+    assert profiles[0].batches == (1, 2, 4, 16)  # the runs' batches and the overhead fit's (1, 2)
     # the numbers are the API's: one row's prediction recomputed from the saved profiles and overhead
     row = next(r for r in rows if (r["tree"], r["batch"]) == ("binary:2", 4))
     overhead = Overhead(**payload["overheads"]["rrs"])
