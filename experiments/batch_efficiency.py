@@ -29,12 +29,17 @@ compare methods only when they ran alone on the same machine (the default, not -
 
     python experiments/batch_efficiency.py --quick                   # tiny random models, a smoke run
     python experiments/batch_efficiency.py                           # the CPU subset of the Config defaults
-    # results/batch_efficiency (issue 17's comparison: 8 prompts, 64 tokens, T 0.6 and 1.0, 2-core CPU):
+    # results/batch_efficiency (8 prompts, 64 tokens, T 0.6 and 1.0, 2-core CPU, about 110 minutes):
     python experiments/batch_efficiency.py --prompts-per-set 4 --max-new-tokens 64 --temperatures 0.6 1.0 \\
-        --output-dir results/batch_efficiency
+        --output-dir results/batch_efficiency --methods $METHODS
     # the same on a GPU:
     python experiments/batch_efficiency.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 10 \\
-        --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/batch_efficiency_gpu
+        --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/batch_efficiency_gpu \\
+        --methods $METHODS
+
+with METHODS="hf-autoregressive hf-assisted hf-assisted-heuristic chain:4/single chain:16/single/grow
+sequoia:16/rrsw binary:3/rrsw dynamic:8,2,3,24/rrsw binary:3/spechub dynamic:8,2,3,24/spechub binary:3/kseq
+dynamic:8,2,3,24/kseq binary:3/greedy dynamic:8,2,3,24/greedy binary:3/rrs dynamic:8,2,3,24/rrs".
 """
 
 from __future__ import annotations
