@@ -29,7 +29,7 @@ compare methods only when they ran alone on the same machine (the default, not -
 
     python experiments/batch_efficiency.py --quick                   # tiny random models, a smoke run
     python experiments/batch_efficiency.py                           # the CPU subset of the Config defaults
-    # results/batch_efficiency (8 prompts, 64 tokens, T 0.6 and 1.0, 2-core CPU, about 110 minutes):
+    # results/batch_efficiency (8 prompts, 64 tokens, T 0.6 and 1.0, 2-core CPU, about 2 hours):
     python experiments/batch_efficiency.py --prompts-per-set 4 --max-new-tokens 64 --temperatures 0.6 1.0 \\
         --output-dir results/batch_efficiency --methods $METHODS
     # the same on a GPU:
