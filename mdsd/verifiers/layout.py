@@ -52,9 +52,13 @@ from crossing to crossing (each a lower bound of s_l), then each draft's depth b
 draft after the O(V log V) sort (:func:`window_tops`, :func:`draft_depths`). The selection law of these
 pieces is checked against F by exact integration over every draft tuple in the tests.
 
-All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. Depths are absolute
-numbers in [0, 1], so a token of mass below ~1e-16 has a window of no width: it sits at a point, which
-moves its selection probability by at most its own mass times ~1e-16 / (a neighbour's mass).
+All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. A window of mass q and
+value F moves by ~ΔF / (k q) when F moves by ΔF, so F must keep its *relative* precision: at a drop or a
+rise F is formed as g over a block of the sorted order less the p of the block's other tokens (one
+token: g(P_i) − g(P_{i−1}) exactly), never as a difference of h values of order 1; the whole stack
+differences double-double prefix sums. Depths are absolute numbers in [0, 1], so a token of mass below
+~1e-16 has a window of no width: it sits at a point, which moves its selection probability by at most
+its own mass times ~1e-16 / (a neighbour's mass).
 
 References: Khisti et al., "Multi-Draft Speculative Sampling: Canonical Architectures and Theoretical
 Limits", ICLR 2025 (the two-step form); Hu et al., "Towards Optimal Multi-draft Speculative Decoding",
@@ -131,9 +135,21 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     ps, qs = p.gather(-1, order), q.gather(-1, order)
     tail_q = _tail(qs)
     h = _tail(ps) - tail_q.pow(k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, both as tails
-    top = torch.cummin(h, dim=-1).values  # m_j
-    bottom = torch.cummin(h.flip(-1), dim=-1).values.flip(-1)  # S_j
-    f_sorted = (ps - (top[:, :-1] - top[:, 1:]) + (bottom[:, 1:] - bottom[:, :-1])).clamp_min(0.0)
+    top, top_at = torch.cummin(h, dim=-1)  # m_j, and the last j' <= j where h is that low
+    low, low_at = torch.cummin(h.flip(-1), dim=-1)
+    bottom, bottom_at = low.flip(-1), h.shape[-1] - 1 - low_at.flip(-1)  # S_j, the first j' >= j there
+    f_sorted = ps - (top[:, :-1] - top[:, 1:]) + (bottom[:, 1:] - bottom[:, :-1])
+    # at a drop or a rise F is a difference of g over a block minus the p of the block's other tokens:
+    # formed so, a small F keeps its relative precision (a difference of h values would not)
+    prefix_q, prefix_p = _prefix(qs), _prefix(ps)
+    token = torch.arange(ps.shape[-1], device=p.device).expand_as(ps)
+    start = top_at[:, :-1]  # a drop at token t: the block runs from the last minimum j* to t + 1
+    f_drop = _block(tail_q, prefix_q, qs, start, token + 1, k)
+    f_drop = f_drop - (prefix_p[:, :-1] - prefix_p.gather(-1, start))
+    end = bottom_at[:, 1:]  # a rise at token t: the block runs from t to the next minimum j**
+    f_rise = _block(tail_q, prefix_q, qs, token, end, k) - (prefix_p.gather(-1, end) - prefix_p[:, 1:])
+    drop, rise = top[:, 1:] < top[:, :-1], bottom[:, :-1] < bottom[:, 1:]
+    f_sorted = torch.where(drop, f_drop, torch.where(rise, f_rise, f_sorted)).clamp_min(0.0)
     places = torch.arange(order.shape[-1], device=p.device).expand_as(order)
     return IIDLayout(
         k=k,
@@ -141,11 +157,19 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
         rank=torch.empty_like(order).scatter_(-1, order, places),
         q_sorted=qs,
         f_sorted=f_sorted,
-        prefix_q=_prefix(qs),
+        prefix_q=prefix_q,
         prefix_f=_prefix(f_sorted),
         tail_q=tail_q,
         target=torch.empty_like(f_sorted).scatter_(-1, order, f_sorted),
     )
+
+
+def _block(tail_q, prefix_q, qs, j: torch.Tensor, end: torch.Tensor, k: int) -> torch.Tensor:
+    """g(P_end) − g(P_j) = T_j^k − T_end^k for prefix lengths j <= end [R, V], without cancellation (the
+    block's mass is q of its one token when end = j + 1)."""
+    single = qs.gather(-1, j.clamp_max(qs.shape[-1] - 1))
+    mass = torch.where(end == j + 1, single, prefix_q.gather(-1, end) - prefix_q.gather(-1, j))
+    return _rise(tail_q.gather(-1, end), mass.clamp_min(0.0), k)[0]
 
 
 def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,17 +339,38 @@ def _crossing(dq: float, df: float, below: float, k: int) -> float:
     return below - a
 
 
+def _double_prefix(x: list[float]) -> tuple[list[float], list[float]]:
+    """Prefix sums of ``x`` as (high, low) float pairs (TwoSum): Σ_{i<j} x_i = high[j] + low[j] exactly
+    up to ~1e-32 relative."""
+    high, low, h, lo = [0.0], [0.0], 0.0, 0.0
+    for v in x:
+        s = h + v
+        b = s - h
+        lo += (h - (s - b)) + (v - b)
+        h = s
+        high.append(h)
+        low.append(lo)
+    return high, low
+
+
+def _between(sums: tuple[list[float], list[float]], j: int, end: int) -> float:
+    """Σ_{j <= i < end} x_i from double-double prefix sums."""
+    return (sums[0][end] - sums[0][j]) + (sums[1][end] - sums[1][j])
+
+
 def pair_layout(lay: IIDLayout, row: int = 0) -> PairLayout:
     """All windows and pieces of row ``row`` by the convex-hull-trick stack: O(V) crossings, one pass.
 
     The stack holds curves j (prefix lengths) with the remaining depth where each becomes the maximum;
     pushing token i's curve pops those it overtakes before their start. The envelope just before the push
-    gives token i's pieces: they begin at s_i and at every popped start inside its window.
+    gives token i's pieces: they begin at s_i and at every popped start inside its window. The masses and
+    values between two prefixes are differences of double-double prefix sums, so a block of small tokens
+    after heavy ones keeps its relative precision (its windows then tile the depths exactly).
     """
     k = lay.k
     qs = lay.q_sorted[row].tolist()
     tails = lay.tail_q[row].tolist()
-    sum_q, sum_f = lay.prefix_q[row].tolist(), lay.prefix_f[row].tolist()
+    sum_q, sum_f = _double_prefix(qs), _double_prefix(lay.f_sorted[row].tolist())
     stack_j, stack_x = [0], [-math.inf]
     tops, ptr, piece_t, piece_j = [0.0] * len(qs), [0], [], []
     for i, qi in enumerate(qs):
@@ -335,7 +380,7 @@ def pair_layout(lay: IIDLayout, row: int = 0) -> PairLayout:
         popped = []
         while True:
             j = stack_j[-1]
-            x = _crossing(sum_q[i + 1] - sum_q[j], sum_f[i + 1] - sum_f[j], tails[i + 1], k)
+            x = _crossing(_between(sum_q, j, i + 1), _between(sum_f, j, i + 1), tails[i + 1], k)
             if len(stack_j) > 1 and stack_x[-1] >= x:
                 popped.append((stack_x.pop(), stack_j.pop()))
                 continue

@@ -11,8 +11,8 @@
   drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
   of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
   acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
-  :meth:`OptimalVerifier.acceptance` gives it exactly for k = 2 (:func:`fallback_acceptance_2`) and
-  refuses to guess it for k >= 3 (use :func:`mdsd.estimate_acceptance`).
+  :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 3 (:mod:`mdsd.verifiers.fallback`) and
+  refuses to guess it for k >= 4 (use :func:`mdsd.estimate_acceptance`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
 from mdsd.validation import check_k
 from mdsd.verifiers.base import CPU_SLAB, Rows, Verifier
+from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
 from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.twostep import selection_acceptance, two_step
 
-__all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule", "fallback_acceptance_2"]
+__all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
 
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
@@ -57,31 +58,6 @@ def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ..
         if total > 1.0:
             s /= total
     return table
-
-
-def fallback_acceptance_2(p: np.ndarray, q: np.ndarray) -> float:
-    r"""Exact acceptance of the without-replacement fallback for k = 2 (any vocabulary).
-
-    The two i.i.d. draws are distinct with probability 1 − Σ q², and then they are the drafts; with
-    probability q(z)² both are z, z is selected, and the second draft is a fresh y ~ q(y)/(1 − q(z)).
-    The i.i.d. rule is optimal, so its residual r = norm((p − F)+) never lands on a draw (else it
-    would beat α*_iid); it lands on the fresh draft y only after rejecting z (F(z) > p(z)):
-
-    .. math:: \alpha = \alpha^*_{iid}(2) + \Bigl(\sum_y r(y)\, q(y)\Bigr)
-              \sum_{z: F(z) > p(z)} \frac{q(z)^2 (1 - p(z)/F(z))}{1 - q(z)}.
-
-    1 − q(z) is summed from the other entries for the one token that may hold most of q.
-    """
-    law = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], 2).target[0].numpy()
-    excess = np.maximum(p - law, 0.0)
-    residual = excess / excess.sum() if excess.sum() > 0 else excess
-    rest = 1.0 - q
-    top = int(np.argmax(q))
-    rest[top] = np.delete(q, top).sum()
-    over = (law > p) & (rest > 0)
-    rejected = 1.0 - p[over] / law[over]
-    lucky = float((residual * q).sum()) * float((q[over] ** 2 * rejected / rest[over]).sum())
-    return float(np.minimum(law, p).sum()) + lucky
 
 
 def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
@@ -157,12 +133,12 @@ class OptimalVerifier(Verifier):
             return float(np.minimum(law, p).sum())
         if self._small(q):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
-        if isinstance(self.law, WithoutReplacement) and self.k == 2:
-            return fallback_acceptance_2(p, q)
+        if isinstance(self.law, WithoutReplacement) and self.k <= 3:
+            return fallback_acceptance(p, q, self.k)
         if isinstance(self.law, WithoutReplacement):
             raise ValueError(
                 f"{self!r} on {np.count_nonzero(q)} tokens runs the i.i.d. fallback (more than "
-                f"{self.flow_tuples} draft tuples), whose exact acceptance is known only for k = 2: it "
+                f"{self.flow_tuples} draft tuples), whose exact acceptance is known only for k <= 3: it "
                 "lies between optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, "
                 "WithoutReplacement(k)); "
                 "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"

@@ -13,6 +13,7 @@ from verifier_enumeration import optimal as iid_rule
 from verifier_enumeration import output_law
 
 import mdsd
+from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.optimal import OptimalVerifier, flow_rule
 
 
@@ -111,38 +112,61 @@ def _fallback_output_law(p, q, k):
 
 
 @pytest.mark.parametrize("k", [2, 3])
-def test_without_replacement_fallback_is_lossless(k):
-    """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance() is
-    the enumerated value for k = 2 and refuses to guess it for k = 3."""
+def test_without_replacement_fallback_is_lossless_and_its_acceptance_exact(k):
+    """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance() is the
+    enumerated value, whichever tokens the pair sums take one by one (heavy) and which by series."""
     v = OptimalVerifier(k, law="wor", flow_tuples=0)
-    for p, q in _cases(v, 60 if k == 2 else 30, seed=60 + k, sizes=(3, 4, 5, 6)):
+    for p, q in _cases(v, 60 if k == 2 else 40, seed=60 + k, sizes=(3, 4, 5, 6)):
         law, accepted = _fallback_output_law(p, q, k)
         np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
         low = mdsd.optimal_acceptance(p, q, mdsd.IID(k), method="lp")
         high = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k), method="lp")
         assert low - 1e-9 <= accepted <= high + 1e-9
-        if k == 2:
-            assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12), (p, q)
-    if k == 3:
-        with pytest.raises(ValueError, match="estimate it"):
-            v.acceptance(p, q)
+        assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12), (p, q)
+        for heavy in (0.0, 0.45):
+            value = fallback_acceptance(p, q, k, heavy=heavy)
+            assert value == pytest.approx(accepted, abs=1e-12), (heavy, p, q)
 
 
-def test_without_replacement_fallback_acceptance_at_full_vocabulary():
-    """k = 2 at V = 151,936 (the fallback's own path): between α*_iid and α*_wor, and within a Wilson
-    interval of the sampler's acceptance."""
+def test_without_replacement_fallback_refuses_k_4():
+    v = OptimalVerifier(4, law="wor", flow_tuples=0)
+    with pytest.raises(ValueError, match="estimate it"):
+        v.acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6))
+    with pytest.raises(ValueError, match="heavy"):
+        fallback_acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6), 3, heavy=0.5)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_without_replacement_fallback_acceptance_at_full_vocabulary(k):
+    """V = 151,936 (the fallback's own path): between α*_iid and α*_wor, within a Wilson interval of the
+    sampler's acceptance, and the same whichever tokens the pair sums take one by one."""
     rng = np.random.default_rng(5)
-    v = mdsd.verifier("optimal", 2, law="wor")
-    for temperature in (0.05, 1.0):
-        logits = rng.normal(0, 3, (2, 151_936))
-        p, q = (np.exp(x / temperature - np.logaddexp.reduce(x / temperature)) for x in logits)
-        q = np.exp(np.log(np.maximum(p, 1e-300)) * 0.5 + logits[1] * 0.5 / temperature)
-        q /= q.sum()
+    v = mdsd.verifier("optimal", k, law="wor")
+    for temperature in (0.05, 0.3, 1.0):
+        logits = 3.0 * rng.normal(size=151_936)
+        p = np.exp(logits / temperature - np.logaddexp.reduce(logits / temperature))
+        drafted = (logits + rng.normal(size=logits.size)) / temperature
+        q = np.exp(drafted - np.logaddexp.reduce(drafted))
         exact = v.acceptance(p, q)
-        low = mdsd.optimal_acceptance(p, q, mdsd.IID(2))
-        assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(2)) + 1e-9
+        low = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
+        assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k)) + 1e-9
+        split = fallback_acceptance(p, q, k, heavy=0.02)
+        assert split == pytest.approx(fallback_acceptance(p, q, k), abs=1e-12)
         est = mdsd.estimate_acceptance(v, p, q, 20_000, seed=1)
         assert est.low - 1e-3 <= exact <= est.high + 1e-3, (temperature, exact, est)
+
+
+def test_without_replacement_fallback_acceptance_on_the_real_corpus():
+    """k = 3 on bundled real rows at every stored temperature: the series and the one-by-one pair sums
+    agree, and the value lies between the two optima."""
+    for temperature in mdsd.data.corpus.TEMPERATURES:
+        pairs = mdsd.data.real_pairs(temperature)
+        for r in np.linspace(0, len(pairs) - 1, 3).astype(int):
+            p, q = pairs.p[r], pairs.q[r]
+            exact = fallback_acceptance(p, q, 3)
+            assert fallback_acceptance(p, q, 3, heavy=0.0) == pytest.approx(exact, abs=1e-12)
+            low = mdsd.optimal_acceptance(p, q, mdsd.IID(3))
+            assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(3)) + 1e-9
 
 
 def test_acceptance_is_alpha_star_at_full_vocabulary():
