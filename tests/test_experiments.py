@@ -283,6 +283,8 @@ def test_optimal_wor_gap_quick(tmp_path):
         assert r["alpha_iid"] == pytest.approx(mdsd.optimal_acceptance(p, q, mdsd.IID(2)), abs=1e-12)
         # the fallback is lossless with acceptance in [α*_iid, α*_wor]: its 95% interval meets that range
         assert r["fallback_low"] <= r["alpha_wor"] + 1e-9 and r["fallback_high"] >= r["alpha_iid"] - 1e-9
+        assert r["alpha_iid"] - 1e-12 <= r["fallback_exact"] <= r["alpha_wor"] + 1e-9
+        assert r["fallback_low"] - 1e-3 <= r["fallback_exact"] <= r["fallback_high"] + 1e-3
     assert "gap to α*_wor" in (tmp_path / "optimal_wor_gap.md").read_text()
 
 
