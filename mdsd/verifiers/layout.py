@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -117,6 +118,22 @@ def _prefix(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i < j
     return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)], dim=-1)
 
 
+def _descending(ratio: torch.Tensor) -> torch.Tensor:
+    """Indices sorting rows of ``ratio`` [R, V] descending, ties in index order. On the CPU numpy's
+    quicksort (SIMD) is several times faster than a stable torch sort; ties are then put in index order
+    by sorting (run of equal keys, index) as one int64 key."""
+    if ratio.device.type != "cpu":
+        return torch.sort(ratio, dim=-1, descending=True, stable=True).indices
+    keys = -ratio.numpy()
+    order = np.argsort(keys, axis=-1)
+    ranked = np.take_along_axis(keys, order, axis=-1)
+    tied = ranked[:, 1:] == ranked[:, :-1]
+    if tied.any():
+        run = np.concatenate([np.zeros((keys.shape[0], 1), np.int64), np.cumsum(~tied, axis=-1)], axis=-1)
+        order = np.sort(run * keys.shape[-1] + order, axis=-1) % keys.shape[-1]
+    return torch.from_numpy(order)
+
+
 def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     """Sort rows p, q [R, V] by p/q descending and compute the optimal selection law F (module docstring).
 
@@ -131,25 +148,33 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     ratio = torch.where(
         q > 0, p / q.clamp_min(torch.finfo(torch.float64).tiny), torch.where(p > 0, inf, -inf)
     )
-    order = torch.sort(ratio, dim=-1, descending=True, stable=True).indices
+    order = _descending(ratio)
     ps, qs = p.gather(-1, order), q.gather(-1, order)
     tail_q = _tail(qs)
     h = _tail(ps) - tail_q.pow(k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, both as tails
     top, top_at = torch.cummin(h, dim=-1)  # m_j, and the last j' <= j where h is that low
     low, low_at = torch.cummin(h.flip(-1), dim=-1)
     bottom, bottom_at = low.flip(-1), h.shape[-1] - 1 - low_at.flip(-1)  # S_j, the first j' >= j there
-    f_sorted = ps - (top[:, :-1] - top[:, 1:]) + (bottom[:, 1:] - bottom[:, :-1])
-    # at a drop or a rise F is a difference of g over a block minus the p of the block's other tokens:
-    # formed so, a small F keeps its relative precision (a difference of h values would not)
+    # F = p but at a drop (token t takes m down from m_t to h_{t+1}) or a rise (S goes up from h_t): there
+    # F is g over the block from the last minimum j* to t + 1 (from t to the next minimum j**) less the p
+    # of the block's other tokens; formed so (never as a difference of h values of order 1), a small F
+    # keeps its relative precision. Most blocks are the token alone: g(P_{t+1}) − g(P_t).
     prefix_q, prefix_p = _prefix(qs), _prefix(ps)
-    token = torch.arange(ps.shape[-1], device=p.device).expand_as(ps)
-    start = top_at[:, :-1]  # a drop at token t: the block runs from the last minimum j* to t + 1
-    f_drop = _block(tail_q, prefix_q, qs, start, token + 1, k)
-    f_drop = f_drop - (prefix_p[:, :-1] - prefix_p.gather(-1, start))
-    end = bottom_at[:, 1:]  # a rise at token t: the block runs from t to the next minimum j**
-    f_rise = _block(tail_q, prefix_q, qs, token, end, k) - (prefix_p.gather(-1, end) - prefix_p[:, 1:])
     drop, rise = top[:, 1:] < top[:, :-1], bottom[:, :-1] < bottom[:, 1:]
-    f_sorted = torch.where(drop, f_drop, torch.where(rise, f_rise, f_sorted)).clamp_min(0.0)
+    f_sorted = torch.where(drop | rise, _rise(tail_q[:, 1:], qs, k)[0], ps)
+    start, end = top_at[:, :-1], bottom_at[:, 1:]
+    token = torch.arange(ps.shape[-1], device=p.device)
+    for wide, first, last in (
+        (drop & (start < token), start, token + 1),
+        (rise & (end > token + 1), token, end),
+    ):
+        row, t = wide.nonzero(as_tuple=True)
+        if row.numel():
+            a, b = first.expand_as(ps)[row, t], last.expand_as(ps)[row, t]
+            gain = _rise(tail_q[row, b], prefix_q[row, b] - prefix_q[row, a], k)[0]
+            others = (prefix_p[row, b] - prefix_p[row, a]) - ps[row, t]
+            f_sorted[row, t] = gain - others
+    f_sorted = f_sorted.clamp_min(0.0)
     places = torch.arange(order.shape[-1], device=p.device).expand_as(order)
     return IIDLayout(
         k=k,
@@ -162,14 +187,6 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
         tail_q=tail_q,
         target=torch.empty_like(f_sorted).scatter_(-1, order, f_sorted),
     )
-
-
-def _block(tail_q, prefix_q, qs, j: torch.Tensor, end: torch.Tensor, k: int) -> torch.Tensor:
-    """g(P_end) − g(P_j) = T_j^k − T_end^k for prefix lengths j <= end [R, V], without cancellation (the
-    block's mass is q of its one token when end = j + 1)."""
-    single = qs.gather(-1, j.clamp_max(qs.shape[-1] - 1))
-    mass = torch.where(end == j + 1, single, prefix_q.gather(-1, end) - prefix_q.gather(-1, j))
-    return _rise(tail_q.gather(-1, end), mass.clamp_min(0.0), k)[0]
 
 
 def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,11 +214,13 @@ def _power(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def _curves(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """(a + Q_l − Q_j)^k + D_j for every prefix j = 0..V of rows ``rows`` [N] (l = pos + 1, a [N]): the
-    curves j at remaining depth T_l − a up to one constant per row, −inf for j >= l. [N, V + 1]; plain
-    powers (absolute error ~1e-16), for arg max and for screening only."""
+    curves j at remaining depth T_l − a up to one constant per row, −inf for j >= l. [N, max l]: only
+    the prefixes before the latest token; plain powers (absolute error ~1e-16), for arg max and for
+    screening only."""
     shared = bool((rows == rows[0]).all())  # one node's drafts: broadcast its row, no copies
-    prefix_q = lay.prefix_q[rows[:1]] if shared else lay.prefix_q[rows]
-    prefix_f = lay.prefix_f[rows[:1]] if shared else lay.prefix_f[rows]
+    width = int(pos.max()) + 1
+    prefix_q = (lay.prefix_q[rows[:1]] if shared else lay.prefix_q[rows])[:, :width]
+    prefix_f = (lay.prefix_f[rows[:1]] if shared else lay.prefix_f[rows])[:, :width]
     top = (a + lay.prefix_q[rows, pos + 1]).unsqueeze(-1)  # a + Q_l
     value = _power((top - prefix_q).clamp_min_(0.0), lay.k).add_(prefix_f)
     j = torch.arange(prefix_q.shape[-1], device=pos.device)
