@@ -326,10 +326,11 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
     )
     if skipped:
         names = sorted({name for _, name, _ in skipped})
-        ks = sorted({k for _, _, k in skipped})
+        which = "; ".join(f"{name}: k in {sorted({k for _, n, k in skipped if n == name})}" for name in names)
         lines.append(
-            f"Not computed: {', '.join(names)} for k in {ks} ({sum(skipped.values())} (T, k, position) "
-            "cases): exact enumeration of the draft tuples is too large at these vocabulary sizes."
+            f"Not computed ({sum(skipped.values())} (T, k, position) cases): {which}. No exact acceptance "
+            "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples; optimal:wor: "
+            "the i.i.d. fallback's closed form stops at k = 3)."
         )
     return "\n".join(lines) + "\n"
 
