@@ -270,14 +270,11 @@ def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.
         for _ in range(NEWTON_STEPS):  # jumps over all curves while many lie above the token's
             level = (below - x).pow(lay.k) + end_f  # the token's curve at x (up to the row constant)
             above = _curves(lay, r, at, below - x) - level.unsqueeze(-1)
-            count = (above > -SCREEN).sum(-1)
-            if int(count.sum()) <= SPARSE * at.numel():
+            if int((above > -SCREEN).sum()) <= SPARSE * at.numel():
                 break
             best, j = above.max(-1)
             cross = _crossings(end_q - lay.prefix_q[r, j], end_f - lay.prefix_f[r, j], below, lay.k)
-            # only drafts with many candidates jump here, and only past a lead above rounding: the
-            # exact scan below finishes the others
-            moved = (count > SPARSE) & (best > SCREEN) & (cross > x)
+            moved = (best > 0) & (cross > x)
             if not bool(moved.any()):
                 break
             x = torch.where(moved, torch.minimum(cross, below), x)
