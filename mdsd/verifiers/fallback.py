@@ -27,6 +27,9 @@ With R_q = Σ_y r(y) q(y), s(a, b) = 1 − q(a) − q(b) and c(z) = 1 − q(z):
   .. math:: 3 R_q \sum_{\pi} L_\pi \sum_{a \ne b(\pi)}
             \frac{\rho(a)\, q(a)^2 + (\rho(b) - \rho(a))\, \ell_a(\pi)^2}{s(a, b)}.
 
+  The code uses e(a, b) = Σ_{y ∉ {a, b}} r(y) q(y) for R_q: equal in exact arithmetic, and e/s <= 1, so a
+  piece that rounding puts a few 1e-16 out of place weighs no more than its length.
+
 **Computing the pair sum in O(P (|H| + n_terms)).** P is the number of pieces (at most 2V), R may hold
 most of the vocabulary. A *sweep* gives Σ_a c(a) ℓ_a(π)² at every piece π for a coefficient vector c
 in one pass from the deepest piece up. Pairs with a token of q > ``heavy`` (the set H, at most 1/heavy
@@ -56,8 +59,9 @@ _MAX_TERMS = 2_000
 
 
 class _Rest:
-    """Σ_{v ∉ {z, w}} q(v) without cancellation: the three largest entries are added one by one to the
-    sum of the others, from which a difference only removes entries no larger than what remains."""
+    """Σ_{v ∉ {z, w}} q(v) of a nonnegative vector q without cancellation: the three largest entries are
+    added one by one to the sum of the others, from which a difference only removes entries no larger
+    than what remains."""
 
     def __init__(self, q: np.ndarray) -> None:
         self.q = q
