@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mdsd.laws import DraftLaw
+from mdsd.otm.dual import _with_zero
 from mdsd.race import suffix_mass
 from mdsd.validation import as_pair
 
@@ -82,11 +83,10 @@ def optimal_selection_law(p: object, q: object, law: DraftLaw) -> SelectionLaw:
     stats = law.prefix_statistics(q)
     if stats.exact:
         weights = np.take_along_axis(stats.weights, np.broadcast_to(order, stats.weights.shape), axis=-1)
-        sums = np.concatenate([np.zeros(weights.shape[:-1] + (1,)), np.cumsum(weights, axis=-1)], axis=-1)
-        inside = stats.containment(sums, suffix_mass(qs))
+        inside = stats.containment(_with_zero(weights), suffix_mass(qs))
     else:
         inside = law.prefix_containment(qs)[0]
-    spent = np.concatenate([[0.0], np.cumsum(p[order])])  # p(A_j)
+    spent = _with_zero(p[order])  # p(A_j)
     h = (spent - inside)[::-1]  # h_i = g(P_i) − p(P_i) = p(A_{n−i}) − Q(set ⊆ A_{n−i}), i = 0..n
     top = np.minimum.accumulate(h)
     bottom = np.minimum.accumulate(h[::-1])[::-1]

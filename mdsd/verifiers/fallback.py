@@ -112,13 +112,13 @@ class _Pieces:
         depth = start_t + lay.prefix_q[0].numpy()[pair.piece_j.numpy()]
         # own length deeper than each piece, summed within the token (at most a few pieces each)
         order = np.lexsort((-depth, token))  # by token, deepest piece first
-        grouped = token[order]
+        grouped, grouped_length = token[order], length[order]
         starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
         rank = np.arange(grouped.size) - np.repeat(starts, np.diff(np.r_[starts, grouped.size]))
         below = np.zeros(grouped.size)
         for level in range(1, int(rank.max(initial=0)) + 1):
             at = np.flatnonzero(rank == level)
-            below[at] = below[at - 1] + length[order][at - 1]
+            below[at] = below[at - 1] + grouped_length[at - 1]
         deeper = np.empty_like(length)
         deeper[order] = below
         down = np.argsort(depth, kind="stable")
@@ -165,45 +165,32 @@ def fallback_acceptance(p: np.ndarray, q: np.ndarray, k: int, heavy: float = HEA
         return base
     rho = np.where(over, 1.0 - ps / np.where(over, law, 1.0), 0.0)
     r = excess / excess.sum()
-    r_q = float((r * qs).sum())
-    rest = _Rest(qs)
+    rest, reach = _Rest(qs), _Rest(r * qs)  # sums of q and of r q leaving entries out; R_q = reach.total
     bad = np.flatnonzero(over)
     if k == 2:
-        return base + r_q * float((qs[bad] ** 2 * rho[bad] / rest.one(bad)).sum())
-    pairs = 3.0 * _pairs(lay, qs, rho, rest, _Rest(r * qs), heavy)
-    return base + _singles(qs, rho, r, r_q, rest, bad, heavy) + pairs
+        return base + reach.total * float((qs[bad] ** 2 * rho[bad] / rest.one(bad)).sum())
+    pairs = 3.0 * _pairs(lay, qs, rho, rest, reach, heavy)
+    return base + _singles(qs, rho, r, rest, reach, bad, heavy) + pairs
 
 
-def _all_but_one(t: np.ndarray) -> np.ndarray:
-    """Σ_{w ≠ y} t(w) for every y (t >= 0), without cancellation: the two largest terms are added back
-    to the sum of the others, so a difference never removes a term that dominates what remains."""
-    top = np.argsort(-t, kind="stable")[: min(2, t.size)]
-    rest = t.copy()
-    rest[top] = 0.0
-    out = rest.sum() - rest
-    for m in top:
-        out = out + np.where(np.arange(t.size) == m, 0.0, t[m])
-    return out
-
-
-def _singles(qs, rho, r, r_q, rest: _Rest, bad: np.ndarray, heavy: float) -> float:
+def _singles(qs, rho, r, rest: _Rest, reach: _Rest, bad: np.ndarray, heavy: float) -> float:
     """Σ_{z∈R} q(z)³ ρ(z) Σ_y r(y) π_2(y | V∖z), k = 3, with c(z) Σ_y r(y) π_2(y | V∖z) =
     Σ_{y≠z} r(y) q(y) (1 + Σ_{w∉{y,z}} t_z(w)) and t_z(w) = q(w)/s(z, w)."""
     heavy_set = np.flatnonzero(qs > heavy)
     light = np.ones(qs.size, dtype=bool)
     light[heavy_set] = False
-    reach = np.zeros(bad.size)  # c(z) Σ_y r(y) π_2(y | V∖z)
+    out = np.zeros(bad.size)  # c(z) Σ_y r(y) π_2(y | V∖z)
     direct = qs[bad] > heavy
     for i in np.flatnonzero(direct):  # heavy z: every y and w directly
         z = bad[i]
         others = np.delete(np.arange(qs.size), z)
         t = qs[others] / rest.two(z, others)
-        reach[i] = float((r[others] * qs[others] * (1.0 + _all_but_one(t))).sum())
+        out[i] = float((r[others] * qs[others] * (1.0 + _Rest(t).one(np.arange(t.size)))).sum())
     soft = np.flatnonzero(~direct)
     z = bad[soft]
-    rq = r * qs
+    rq = reach.q
     for w in heavy_set:  # light z, heavy w: Σ_{y≠w} r(y) q(y) t_z(w)
-        reach[soft] += (qs[w] / rest.two(int(w), z)) * float(np.delete(rq, w).sum())
+        out[soft] += (qs[w] / rest.two(int(w), z)) * float(reach.one(np.array([w]))[0])
     # light w and y: 1/s(z, w) = Σ_n q(z)^n / c(w)^{n+1}; Σ_y r q (1 + L(z)) − Σ_{y light} r q t_z(y)
     c = 1.0 - qs[light]
     moment_w, moment_y = qs[light] / c, rq[light] * qs[light] / c  # n = 0
@@ -216,8 +203,8 @@ def _singles(qs, rho, r, r_q, rest: _Rest, bad: np.ndarray, heavy: float) -> flo
     qz = qs[z]
     light_w = poly_w - qz / (1.0 - 2.0 * qz)  # the series' w = z term left out
     light_y = poly_y - rq[z] * qz / (1.0 - 2.0 * qz)
-    reach[soft] += r_q * (1.0 + light_w) - light_y
-    return float((qs[bad] ** 3 * rho[bad] * reach / rest.one(bad)).sum())
+    out[soft] += reach.total * (1.0 + light_w) - light_y
+    return float((qs[bad] ** 3 * rho[bad] * out / rest.one(bad)).sum())
 
 
 def _pairs(lay, qs, rho, rest: _Rest, reach: _Rest, heavy: float) -> float:
