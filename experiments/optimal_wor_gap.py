@@ -3,7 +3,7 @@
 For drafts without replacement on more than ``OptimalVerifier.flow_tuples`` draft tuples, the optimal
 verifier runs its i.i.d. fallback (mdsd/verifiers/optimal.py): lossless, acceptance at least α*_iid(k)
 and at most α*_wor(k). This script measures it on the bundled real corpus (mdsd.data.real_pairs:
-Qwen2.5-Coder 1.5B / 0.5B pairs, support exact, tail lumped into one token): exactly for k <= 3
+Qwen2.5-Coder 1.5B / 0.5B pairs, support exact, tail lumped into one token): exactly for k <= 4
 (``OptimalVerifier.acceptance``, mdsd/verifiers/fallback.py) and by simulation for every k
 (estimate_acceptance: Wilson 95% interval, a check on the exact value), beside the exact α*_iid (min-cut
 dual, proven)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> Path:
                         "row": int(row),
                         "alpha_iid": float(mdsd.optimal_acceptance(p, q, mdsd.IID(k))),
                         "alpha_wor": float(mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))),
-                        "fallback_exact": float(optimal.acceptance(p, q)) if k <= 3 else None,
+                        "fallback_exact": float(optimal.acceptance(p, q)) if k <= 4 else None,
                         "fallback": fallback.value,
                         "fallback_low": fallback.low,
                         "fallback_high": fallback.high,

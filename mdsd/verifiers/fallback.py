@@ -1,4 +1,4 @@
-r"""Exact acceptance of the optimal verifier's fallback for drafts without replacement (k <= 3, any V).
+r"""Exact acceptance of the optimal verifier's fallback for drafts without replacement (k <= 4, any V).
 
 **The fallback** (:class:`mdsd.verifiers.optimal.OptimalVerifier` beyond its flow size) turns the k drafts
 without replacement into the first k draws of an i.i.d. stream whose distinct tokens, in order, are the
@@ -8,89 +8,107 @@ draws: select the draw of least depth, accept it w.p. min(1, p/F), else emit y ~
 **Its acceptance.** The i.i.d. rule accepts Σ min(F, p) = α*_iid(k). A rejection needs a selected z with
 F(z) > p(z) (the set R, ρ(z) = 1 − p(z)/F(z)), which lies in A*, and then every draw lies in A* (B* owns
 the top q(B*) of the depths); r lives on B*, so the emitted y never equals a draw. It is accepted when it
-equals one of the k − m drafts beyond the m distinct draws D, which are k − m draws without replacement
-from V ∖ D (π_j(y | U): the chance that y is among j such draws from U):
+is among the k − m drafts beyond the m distinct draws D, which are k − m draws without replacement from
+V ∖ D. With s(T) = 1 − q(T), e(T) = Σ_{y ∉ T} r(y) q(y) and ℓ_x(t) the mass of x deeper than depth t:
 
-.. math:: \alpha = \alpha^*_{iid}(k) + \sum_{D,\ |D| < k} P(\text{the draws have set } D, \text{reject})
-          \sum_y r(y)\, \pi_{k - |D|}(y \mid V \setminus D).
+* *the extension* (exponential clocks: x ∉ D first arrives at rate q(x), and y is among the first j new
+  tokens when fewer than j others arrive before it):
 
-With R_q = Σ_y r(y) q(y), s(a, b) = 1 − q(a) − q(b) and c(z) = 1 − q(z):
+  .. math:: \sum_y r(y)\, \pi_j(y \mid V \setminus D) = \sum_{X \subseteq V \setminus D,\ |X| < j}
+            e(D \cup X)\, J(D \cup X; X), \qquad
+            J(T; X) = \int_0^\infty e^{-s(T) t} \prod_{x \in X} (1 - e^{-q(x) t})\, dt,
 
-* k = 2: only D = {z}: α = α*_iid + R_q Σ_{z∈R} q(z)² ρ(z) / c(z).
-* k = 3, D = {z} (three draws of z): q(z)³ ρ(z) Σ_y r(y) π_2(y | V∖z), with
-  π_2(y | V∖z) = q(y)/c(z) · (1 + W(z) − q(y)/s(z, y)) and W(z) = Σ_{w≠z} q(w)/s(z, w).
-* k = 3, D = {a, b}: the sequences with two draws of a and one of b (three orders) reject w.p.
-  ρ(a) P(a selected) + ρ(b) P(b selected); b is selected when its depth lies above both a-depths. The
-  pieces of the layout tile the depths, so over one piece π of b the a-length deeper than π, ℓ_a(π), is
-  constant, and with L_π its length the ordered pairs give
+  so J(T; ∅) = 1/s(T) and J(T; {x}) = q(x) / (s(T) s(T ∖ x));
+* *the rejections with draw set D*: the selected draw z ∈ D is the least deep; the other k − 1 draws lie
+  deeper, inside D, and cover G = D ∖ z:
 
-  .. math:: 3 R_q \sum_{\pi} L_\pi \sum_{a \ne b(\pi)}
-            \frac{\rho(a)\, q(a)^2 + (\rho(b) - \rho(a))\, \ell_a(\pi)^2}{s(a, b)}.
+  .. math:: P(\text{set } D, \text{reject}) = \sum_{z \in D} k\, \rho(z) \int_{\text{pieces of } z}
+            \sum_{c} \binom{k - 1}{c_z, c_{g_1}, \ldots}\, \ell_z^{c_z} \prod_{g \in G} \ell_g^{c_g}\, dt
+            \quad (\text{every } c_g \ge 1).
 
-  The code uses e(a, b) = Σ_{y ∉ {a, b}} r(y) q(y) for R_q: equal in exact arithmetic, and e/s <= 1, so a
-  piece that rounding puts a few 1e-16 out of place weighs no more than its length.
+Hence α = α*_iid(k) + Σ over ordered tuples of distinct tokens (z; g_1..g_{m−1}; x_1..x_i), m + i <= k − 1,
+of k ρ(z) ∫ (the monomials) e(T) J(T; X) / ((m − 1)! i!), T = {z, g, x}.
 
-**Computing the pair sum in O(P (|H| + n_terms)).** P is the number of pieces (at most 2V), R may hold
-most of the vocabulary. A *sweep* gives Σ_a c(a) ℓ_a(π)² at every piece π for a coefficient vector c
-in one pass from the deepest piece up. Pairs with a token of q > ``heavy`` (the set H, at most 1/heavy
-tokens) are summed one heavy token at a time; for the others 1/s(a, b) = Σ_n q(a)^n / c(b)^{n+1}, whose
-ratio q(a)/c(b) <= heavy/(1 − heavy), so a fixed number of sweeps reaches float64 rounding. W(z) and the
-y-sum of the k = 3 singles are expanded the same way. 1 − q(a) − q(b) is summed from the other entries
-where a or b is among the three largest, so it never cancels.
+**Computing it in O((pieces + V) · nodes) plus a function of ``explicit``.** The ``explicit`` tokens of
+largest q (M, the set H) take every ordered combination one by one; the others are *light*, summed as
+vectors. Distinct light tokens come from inclusion–exclusion; a light g needs Σ_x c(x) ℓ_x(π)^c at every
+piece π (one cumulative sum from the deepest piece up); a light z sums over its pieces; a light x is a
+plain sum; an explicit g is a step function of the piece, integrated against cumulative sums between its
+steps. J separates over light members after scaling time by σ >= s(E) (E = the explicit members of the
+rate set, σ on the grid 2^{−j/4}): J = (1/σ) Σ_ν ω_ν e^{τ_ν (σ − s(E))/σ} Π_{light} e^{τ_ν q/σ} (…) at
+Gauss–Laguerre nodes τ_ν. The integrand grows at rate u <= 1 − 2^{−1/4} + 3 q_{M+1} / s(H's top two)
+<= 0.16 + 3/(M − 1) (the light members hold at most 3 q_{M+1}; every token of H beyond the top two
+outweighs q_{M+1}), and the nodes are as many as make u^{2n} < 1e-17. For an explicit x the factor
+1 − e^{−q(x) t} is split into its two terms (the second has x outside the rate set): a fast decay is not
+polynomial-like enough for the quadrature, and the difference costs only absolute precision, e(T) J <= 1.
+The explicit s(E) and e(E) are summed from the other entries (no cancellation).
 
 Checked against exact enumeration of the fallback's output law (drafts, repeats and verifier
-randomness) in the tests, with the heavy set empty, partial and the whole vocabulary.
+randomness) for k = 2, 3, 4 in the tests, with every token explicit and with light tokens.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import torch
 
+from mdsd.validation import check_k
 from mdsd.verifiers.layout import iid_layout, pair_layout
 
-__all__ = ["fallback_acceptance", "HEAVY"]
+__all__ = ["fallback_acceptance", "EXPLICIT"]
 
-HEAVY = 0.1  # tokens of more draft mass are summed pair by pair; the series ratio is <= 1/9 below it
-_TAIL = 1e-18  # the series stops when its remaining terms are below this (times a bound of order 1)
-_MAX_TERMS = 2_000
+EXPLICIT = 10  # tokens of largest q summed one combination at a time; the rest as vectors
+_STEPS = 4  # time scales σ = 2^(−j / _STEPS): the least one at or above the rate set's explicit part
+_MAX_RATE = 0.75  # largest growth rate u of the quadrature's integrand accepted (M too small otherwise)
 
 
-class _Rest:
-    """Σ_{v ∉ {z, w}} q(v) of a nonnegative vector q without cancellation: the three largest entries are
-    added one by one to the sum of the others, from which a difference only removes entries no larger
-    than what remains."""
+def fallback_acceptance(p: np.ndarray, q: np.ndarray, k: int, explicit: int = EXPLICIT) -> float:
+    """Exact acceptance of the without-replacement fallback (module docstring) for k = 1..4.
 
-    def __init__(self, q: np.ndarray) -> None:
-        self.q = q
-        self.top = np.argsort(-q, kind="stable")[: min(3, q.size)]
-        self.in_top = np.zeros(q.size, dtype=bool)
-        self.in_top[self.top] = True
-        self.base = float(q[~self.in_top].sum())
-        self.total = self.base + float(q[self.top].sum())
+    ``p``, ``q`` are distributions [V] (float64, q with at least k tokens); ``explicit`` (>= 1) only moves
+    work between the one-by-one sums and the vector sums, not the value (a value too small for ``q``
+    raises a ValueError).
 
-    def _high(self, *left_out: np.ndarray) -> np.ndarray:
-        high = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in left_out)))
-        for t in self.top:
-            high = high + np.where(np.logical_or.reduce([x == t for x in left_out]), 0.0, self.q[t])
-        return high
+    >>> round(fallback_acceptance(np.array([0.0, 0.5, 0.5]), np.array([0.8, 0.1, 0.1]), 2), 12)
+    0.68
+    """
+    if k not in (1, 2, 3, 4):
+        raise ValueError(f"k must be 1, 2, 3 or 4 for the fallback's exact acceptance, got {k}")
+    explicit = check_k(explicit, "explicit")
+    lay = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], k)
+    order = lay.order[0].numpy()
+    ps, qs, law = p[order], q[order], lay.f_sorted[0].numpy()
+    base = float(np.minimum(law, ps).sum())
+    excess = np.maximum(ps - law, 0.0)
+    over = law > ps
+    if k == 1 or excess.sum() <= 0.0 or not over.any():
+        return base
+    rho = np.where(over, 1.0 - ps / np.where(over, law, 1.0), 0.0)
+    return base + _Extension(_Pieces(lay), qs, rho, excess / excess.sum() * qs, k, explicit).total()
 
-    def one(self, z: np.ndarray) -> np.ndarray:
-        """Σ_{v ≠ z} q(v) for token indices z [m]."""
-        return (self.base - np.where(self.in_top[z], 0.0, self.q[z])) + self._high(z)
 
-    def two(self, z: int, w: np.ndarray) -> np.ndarray:
-        """Σ_{v ∉ {z, w}} q(v) for one token z and tokens w [m] (w ≠ z)."""
-        q, top = self.q, self.in_top
-        low = self.base - (0.0 if top[z] else q[z]) - np.where(top[w], 0.0, q[w])
-        return low + self._high(np.full(np.shape(w), z), w)
+def _grid(s: float) -> float:
+    """The least time scale 2^(−j / _STEPS) at or above s."""
+    return 2.0 ** (-math.floor(-_STEPS * math.log2(s)) / _STEPS)
+
+
+def _cover(m: int, k: int) -> list[tuple[float, tuple[int, ...]]]:
+    """Monomials of P(k − 1 draws deeper than t inside D = {z, g_1..g_{m−1}} covering every g):
+    (multinomial coefficient, powers by position: z, each g (>= 1), then 0 for the extension tokens)."""
+    out = []
+    for powers in itertools.product(range(k), repeat=m):
+        if sum(powers) == k - 1 and all(c >= 1 for c in powers[1:]):
+            coef = math.factorial(k - 1) // math.prod(math.factorial(c) for c in powers)
+            out.append((float(coef), powers + (0,) * (k - 1)))
+    return out
 
 
 class _Pieces:
-    """The layout's pieces in depth order: token (sorted position), length, and the token's own length
-    deeper than the piece; :meth:`sweep` gives Σ_a c(a) ℓ_a(π)² at every piece π."""
+    """The layout's pieces in depth order (shallowest first): token (sorted position), length, and the
+    token's own length deeper than the piece."""
 
     def __init__(self, lay) -> None:
         pair = pair_layout(lay)
@@ -124,125 +142,186 @@ class _Pieces:
         down = np.argsort(depth, kind="stable")
         self.token, self.length, self.deeper = token[down], length[down], deeper[down]
 
-    def sweep(self, c: np.ndarray) -> np.ndarray:
-        """Σ_a c(a) ℓ_a(π)² at each piece π (depth order), ℓ_a(π) = a's length deeper than π."""
-        rise = c[self.token] * self.length * (2.0 * self.deeper + self.length)
-        inclusive = np.cumsum(rise[::-1])[::-1]
-        return np.concatenate([inclusive[1:], [0.0]])
 
+class _Extension:
+    """The extension's sum (module docstring) over the layout's pieces from the shallowest piece of R down.
 
-def _terms(q_light: np.ndarray) -> int:
-    """Series terms for Σ_n q(a)^n / c(b)^{n+1} over light a, b: ratio^n / (1 − ratio) < _TAIL."""
-    if q_light.size == 0:
-        return 1
-    top = float(q_light.max())
-    ratio = top / (1.0 - top)  # q(a) / c(b), at most this (a = b included: its term is taken out exactly)
-    if ratio <= 0.0:
-        return 1
-    return min(_MAX_TERMS, max(1, math.ceil(math.log(_TAIL * (1.0 - ratio)) / math.log(ratio))))
+    Positions of a tuple: 0 is z (the selected draw's token), then the g (the other draw tokens), then the
+    x (the extension tokens of J). Each position is explicit (a token of H) or light (a vector)."""
 
+    def __init__(self, pieces: _Pieces, qs, rho, rq, k: int, explicit: int) -> None:
+        self.k, self.q, self.rho, self.rq = k, qs, rho, rq
+        rejecting = np.flatnonzero(rho[pieces.token] > 0)
+        start = int(rejecting[0]) if rejecting.size else pieces.token.size  # nothing shallower matters
+        self.tok, self.length, self.deep = pieces.token[start:], pieces.length[start:], pieces.deeper[start:]
+        self.heavy = np.argsort(-qs, kind="stable")[: min(explicit, qs.size)]
+        self.light = np.ones(qs.size, dtype=bool)
+        self.light[self.heavy] = False
+        self.z_pieces = np.flatnonzero(self.light[self.tok] & (rho[self.tok] > 0))  # pieces of a light z
+        top = float(qs[self.light].max(initial=0.0))
+        two = self._outside(qs, self.heavy[:2])
+        rate = 1.0 - 2.0 ** (-1 / _STEPS) + (3.0 * top / two if two > 0 else 0.0)
+        if rate >= _MAX_RATE:
+            raise ValueError(
+                f"explicit = {explicit} is too small for this q (the light tokens are too heavy)"
+            )
+        self.tau, self.omega = np.polynomial.laguerre.laggauss(
+            max(6, math.ceil(17 * math.log(10) / 2 / -math.log(rate)))
+        )
+        self.cache: dict[tuple, object] = {}
 
-def fallback_acceptance(p: np.ndarray, q: np.ndarray, k: int, heavy: float = HEAVY) -> float:
-    """Exact acceptance of the without-replacement fallback (module docstring) for k = 1, 2, 3.
+    def _outside(self, values: np.ndarray, members) -> float:
+        """Σ of values over every token outside the explicit ``members``, from the other entries."""
+        keep = ~np.isin(self.heavy, np.asarray(members, dtype=np.int64))
+        return float(values[self.light].sum()) + float(values[self.heavy[keep]].sum())
 
-    ``p``, ``q`` are distributions [V] (float64, q with at least k tokens); ``heavy`` (in [0, 0.45]) only
-    moves work between the exact pair sums and the series, not the value.
+    def total(self) -> float:
+        out = 0.0
+        for m in range(1, self.k):
+            monomials = _cover(m, self.k)
+            for i in range(self.k - m):
+                kinds = ("z",) + ("g",) * (m - 1) + ("x",) * i
+                out += self._tuples(kinds, monomials) / (math.factorial(m - 1) * math.factorial(i))
+        return self.k * out
 
-    >>> round(fallback_acceptance(np.array([0.0, 0.5, 0.5]), np.array([0.8, 0.1, 0.1]), 2), 12)
-    0.68
-    """
-    if k not in (1, 2, 3):
-        raise ValueError(f"k must be 1, 2 or 3 for the fallback's exact acceptance, got {k}")
-    if not 0.0 <= heavy <= 0.45:
-        raise ValueError(f"heavy must lie in [0, 0.45], got {heavy}")
-    lay = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], k)
-    order = lay.order[0].numpy()
-    ps, qs, law = p[order], q[order], lay.f_sorted[0].numpy()
-    base = float(np.minimum(law, ps).sum())
-    excess = np.maximum(ps - law, 0.0)
-    over = law > ps
-    if k == 1 or excess.sum() <= 0.0 or not over.any():
-        return base
-    rho = np.where(over, 1.0 - ps / np.where(over, law, 1.0), 0.0)
-    r = excess / excess.sum()
-    rest, reach = _Rest(qs), _Rest(r * qs)  # sums of q and of r q leaving entries out; R_q = reach.total
-    bad = np.flatnonzero(over)
-    if k == 2:
-        return base + reach.total * float((qs[bad] ** 2 * rho[bad] / rest.one(bad)).sum())
-    pairs = 3.0 * _pairs(lay, qs, rho, rest, reach, heavy)
-    return base + _singles(qs, rho, r, rest, reach, bad, heavy) + pairs
+    def _tuples(self, kinds, monomials) -> float:
+        """Σ over every pattern of explicit positions and every ordered explicit combination; an explicit
+        x's factor 1 − e^{−q(x) t} is split into its two terms (``split``: x outside the rate set)."""
+        out = 0.0
+        for pattern in itertools.product((True, False), repeat=len(kinds)):
+            explicit = [j for j in range(len(kinds)) if pattern[j]]
+            light = [j for j in range(len(kinds)) if not pattern[j]]
+            x_explicit = [j for j in explicit if kinds[j] == "x"]
+            for combo in itertools.permutations(self.heavy.tolist(), len(explicit)):
+                token = dict(zip(explicit, combo, strict=True))
+                if pattern[0] and self.rho[token[0]] <= 0:
+                    continue
+                reach = self._outside(self.rq, combo)  # e(T) = reach − Σ_light r q
+                for size in range(len(x_explicit) + 1):
+                    for split in itertools.combinations(x_explicit, size):
+                        rate_set = [token[j] for j in explicit if j not in split]
+                        value = self._combination(kinds, light, token, rate_set, reach, monomials)
+                        out += (-1) ** size * value
+        return out
 
+    def _combination(self, kinds, light, token, rate_set, reach, monomials) -> float:
+        """One explicit combination and rate set: Σ over the pieces of z and the light tokens."""
+        s = self._outside(self.q, rate_set)
+        if light:
+            sigma = _grid(s)
+            scale = self.omega / sigma * np.exp(self.tau * (sigma - s) / sigma)
+        else:  # every member explicit: J is 1 / s exactly
+            sigma, scale = 1.0, np.array([1.0 / s])
+        geo = [j for j in token if kinds[j] == "g"]
+        if 0 in light:  # light z: cumulative sums over its pieces, an explicit g's steps by segments
+            groups: dict[tuple, list] = {}
+            for coef, powers in monomials:
+                groups.setdefault(tuple(powers[j] for j in geo), []).append((coef, powers))
+            out = 0.0
+            for signature, group in groups.items():
+                cum_reach, cum_rq = self._light_z((sigma, kinds, tuple(light), tuple(geo), signature), group)
+                steps = [(token[j], c) for j, c in zip(geo, signature, strict=True)]
+                out += float(
+                    scale @ (reach * self._segments(cum_reach, steps) - self._segments(cum_rq, steps))
+                )
+            return out
+        at = np.flatnonzero(self.tok == token[0])
+        out = 0.0
+        for coef, powers in monomials:
+            w = coef * self.rho[token[0]] * self._integral(powers[0])[at]
+            for j in geo:
+                w = w * self._step(token[j])[at] ** powers[j]
+            for choice in [None] + light:  # the numerator: reach, less each light member's r q
+                blocks = self._blocks(sigma, kinds, light, powers, choice)
+                value = blocks[:, at] @ w if light else np.array([w.sum()])
+                out += (reach if choice is None else -1.0) * float(scale @ value)
+        return out
 
-def _singles(qs, rho, r, rest: _Rest, reach: _Rest, bad: np.ndarray, heavy: float) -> float:
-    """Σ_{z∈R} q(z)³ ρ(z) Σ_y r(y) π_2(y | V∖z), k = 3, with c(z) Σ_y r(y) π_2(y | V∖z) =
-    Σ_{y≠z} r(y) q(y) (1 + Σ_{w∉{y,z}} t_z(w)) and t_z(w) = q(w)/s(z, w)."""
-    heavy_set = np.flatnonzero(qs > heavy)
-    light = np.ones(qs.size, dtype=bool)
-    light[heavy_set] = False
-    out = np.zeros(bad.size)  # c(z) Σ_y r(y) π_2(y | V∖z)
-    direct = qs[bad] > heavy
-    for i in np.flatnonzero(direct):  # heavy z: every y and w directly
-        z = bad[i]
-        others = np.delete(np.arange(qs.size), z)
-        t = qs[others] / rest.two(z, others)
-        out[i] = float((r[others] * qs[others] * (1.0 + _Rest(t).one(np.arange(t.size)))).sum())
-    soft = np.flatnonzero(~direct)
-    z = bad[soft]
-    rq = reach.q
-    for w in heavy_set:  # light z, heavy w: Σ_{y≠w} r(y) q(y) t_z(w)
-        out[soft] += (qs[w] / rest.two(int(w), z)) * float(reach.one(np.array([w]))[0])
-    # light w and y: 1/s(z, w) = Σ_n q(z)^n / c(w)^{n+1}; Σ_y r q (1 + L(z)) − Σ_{y light} r q t_z(y)
-    c = 1.0 - qs[light]
-    moment_w, moment_y = qs[light] / c, rq[light] * qs[light] / c  # n = 0
-    poly_w, poly_y, power = np.zeros(z.size), np.zeros(z.size), np.ones(z.size)
-    for _ in range(_terms(qs[light])):
-        poly_w += power * moment_w.sum()
-        poly_y += power * moment_y.sum()
-        power = power * qs[z]
-        moment_w, moment_y = moment_w / c, moment_y / c
-    qz = qs[z]
-    light_w = poly_w - qz / (1.0 - 2.0 * qz)  # the series' w = z term left out
-    light_y = poly_y - rq[z] * qz / (1.0 - 2.0 * qz)
-    out[soft] += reach.total * (1.0 + light_w) - light_y
-    return float((qs[bad] ** 3 * rho[bad] * out / rest.one(bad)).sum())
+    def _light_z(self, key, group) -> list[np.ndarray]:
+        """Cumulative sums over the pieces of light z ([nodes, pieces + 1]) of Σ_monomials coef ρ(z)
+        ∫ℓ_z^c e^{τ q(z)/σ} × the other light positions: the part the explicit reach multiplies, and the
+        light members' own r q (subtracted)."""
+        if key not in self.cache:
+            sigma, kinds, light, _, _ = key
+            at, z = self.z_pieces, self.tok[self.z_pieces]
+            parts = [np.zeros((self.tau.size, at.size)) for _ in range(2)]
+            for coef, powers in group:
+                w = coef * self.rho[z] * self._integral(powers[0])[at]
+                for choice in [None, *light]:
+                    own = self._coef(sigma, 1, 0, choice == 0)[:, z]
+                    blocks = self._blocks(sigma, kinds, list(light), powers, choice)
+                    parts[choice is not None] += own * w * (blocks[:, at] if np.ndim(blocks) else blocks)
+            self.cache[key] = [np.pad(np.cumsum(part, axis=1), ((0, 0), (1, 0))) for part in parts]
+        return self.cache[key]
 
+    def _segments(self, cum: np.ndarray, steps) -> np.ndarray:
+        """Σ over the pieces of light z of the body times Π ℓ_h^c over explicit g: each ℓ_h is constant
+        between consecutive pieces of the explicit tokens."""
+        if not steps:
+            return cum[:, -1]
+        cuts = np.unique(np.concatenate([np.flatnonzero(self.tok == h) for h, _ in steps]))
+        starts = np.concatenate([[0], cuts])
+        value = np.ones(starts.size)
+        for h, c in steps:
+            value = value * self._step(h)[starts] ** c
+        first = np.searchsorted(self.z_pieces, starts)  # the cuts' places among the pieces of light z
+        last = np.append(first[1:], self.z_pieces.size)
+        return (cum[:, last] - cum[:, first]) @ value
 
-def _pairs(lay, qs, rho, rest: _Rest, reach: _Rest, heavy: float) -> float:
-    """Σ_π L_π Σ_{a ≠ b(π)} [ρ(a) q(a)² + (ρ(b) − ρ(a)) ℓ_a(π)²] e(a, b) / s(a, b), k = 3, where
-    e(a, b) = Σ_{y ∉ {a, b}} r(y) q(y) (``reach`` sums r q leaving entries out); e = R_q in exact
-    arithmetic, and e / s <= 1 keeps a piece misplaced by rounding from weighing more than its length."""
-    pieces = _Pieces(lay)
-    b, length = pieces.token, pieces.length
-    heavy_set = np.flatnonzero(qs > heavy)
-    light = np.ones(qs.size, dtype=bool)
-    light[heavy_set] = False
-    everyone = np.arange(qs.size)
-    total = 0.0
-    for h in heavy_set:
-        w = np.zeros(qs.size)  # e(a, h) / s(a, h) over a ≠ h
-        others = everyone != h
-        w[others] = reach.two(int(h), everyone[others]) / rest.two(int(h), everyone[others])
-        at = b == h  # b = h heavy, every a ≠ h
-        constant = float((w * rho * qs**2).sum())
-        total += float((length[at] * (constant + pieces.sweep(w * (rho[h] - rho))[at])).sum())
-        at = light[b]  # a = h heavy, b light
-        own = np.zeros(qs.size)
-        own[h] = 1.0
-        deep = pieces.sweep(own)[at]
-        bb = b[at]
-        total += float((length[at] * w[bb] * (rho[h] * qs[h] ** 2 + (rho[bb] - rho[h]) * deep)).sum())
-    # a, b light: 1/s(a, b) = Σ_n q(a)^n / c(b)^{n+1}, e(a, b) = Σ r q − r q(b) − r q(a)
-    at = light[b]
-    bb, weight = b[at], length[at] / (1.0 - qs[b[at]])
-    rq = reach.q
-    spare = reach.total - rq[bb]
-    power = np.where(light, 1.0, 0.0)  # q(a)^n on light a
-    for _ in range(_terms(qs[light])):
-        inner = np.zeros(bb.size)
-        for coef, scale in ((power, spare), (power * rq, -1.0)):
-            constant = float((coef * rho * qs**2).sum()) - coef[bb] * rho[bb] * qs[bb] ** 2
-            inner += scale * (constant + rho[bb] * pieces.sweep(coef)[at] - pieces.sweep(coef * rho)[at])
-        total += float((weight * inner).sum())
-        power = power * qs
-        weight = weight / (1.0 - qs[bb])
-    return total
+    def _blocks(self, sigma, kinds, light, powers, choice):
+        """Σ over distinct light tokens other than z for the light positions except z, at every piece
+        [nodes, pieces] (1.0 when there are none): products of blocks less the coincidences."""
+        others = [j for j in light if j != 0]
+
+        def block(positions):
+            x = sum(kinds[j] == "x" for j in positions)
+            power = sum(powers[j] for j in positions if kinds[j] == "g")
+            return self._block(sigma, len(positions), x, choice in positions, power)
+
+        if not others:
+            return 1.0
+        if len(others) == 1:
+            return block(others)
+        a, b = others
+        return block([a]) * block([b]) - block([a, b])
+
+    def _coef(self, sigma, size, n_x, with_rq) -> np.ndarray:
+        """[nodes, V] on light tokens: e^{size τ q/σ} (1 − e^{−τ q/σ})^{n_x} (r q)."""
+        key = ("coef", sigma, size, n_x, with_rq)
+        if key not in self.cache:
+            kq = np.outer(self.tau / sigma, np.where(self.light, self.q, 0.0))
+            c = np.exp(size * kq) * (-np.expm1(-kq)) ** n_x * (self.rq if with_rq else 1.0)
+            self.cache[key] = np.where(self.light, c, 0.0)
+        return self.cache[key]
+
+    def _block(self, sigma, size, n_x, with_rq, power) -> np.ndarray:
+        """[nodes, pieces]: Σ_{light x ≠ token of π} coef(x) ℓ_x(π)^power, one cumulative sum from the
+        deepest piece up (power 0: the plain sum less the piece's own token)."""
+        key = ("block", sigma, size, n_x, with_rq, power)
+        if key not in self.cache:
+            c = self._coef(sigma, size, n_x, with_rq)
+            own = c[:, self.tok]
+            if power == 0:
+                self.cache[key] = c.sum(axis=1, keepdims=True) - own
+            else:
+                b, length = self.deep, self.length
+                rise = own * ((b + length) ** power - b**power)
+                deeper = np.cumsum(rise[:, ::-1], axis=1)[:, ::-1]
+                self.cache[key] = np.pad(deeper[:, 1:], ((0, 0), (0, 1))) - own * b**power
+        return self.cache[key]
+
+    def _integral(self, c: int) -> np.ndarray:
+        """∫ ℓ_z(t)^c dt over each piece (ℓ_z: the token's own length deeper, plus the rest of the piece)."""
+        key = ("integral", c)
+        if key not in self.cache:
+            b, length = self.deep, self.length
+            self.cache[key] = ((b + length) ** (c + 1) - b ** (c + 1)) / (c + 1)
+        return self.cache[key]
+
+    def _step(self, h: int) -> np.ndarray:
+        """ℓ_h at each piece: h's length strictly deeper (a step function)."""
+        key = ("step", h)
+        if key not in self.cache:
+            own = np.where(self.tok == h, self.length, 0.0)
+            self.cache[key] = np.append(np.cumsum(own[::-1])[::-1][1:], 0.0)
+        return self.cache[key]

@@ -11,8 +11,8 @@
   drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
   of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
   acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
-  :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 3 (:mod:`mdsd.verifiers.fallback`) and
-  refuses to guess it for k >= 4 (use :func:`mdsd.estimate_acceptance`).
+  :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and
+  refuses to guess it for k >= 5 (use :func:`mdsd.estimate_acceptance`).
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ class OptimalVerifier(Verifier):
             return float(np.minimum(law, p).sum())
         if self._small(q):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
-        if isinstance(self.law, WithoutReplacement) and self.k <= 3:
+        if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
         if isinstance(self.law, WithoutReplacement):
             raise ValueError(
                 f"{self!r} on {np.count_nonzero(q)} tokens runs the i.i.d. fallback (more than "
-                f"{self.flow_tuples} draft tuples), whose exact acceptance is known only for k <= 3: it "
+                f"{self.flow_tuples} draft tuples), whose exact acceptance is known only for k <= 4: it "
                 "lies between optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, "
                 "WithoutReplacement(k)); "
                 "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"

@@ -111,35 +111,60 @@ def _fallback_output_law(p, q, k):
     return out, accepted
 
 
-@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("k", [2, 3, 4])
 def test_without_replacement_fallback_is_lossless_and_its_acceptance_exact(k):
     """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance() is the
-    enumerated value, whichever tokens the pair sums take one by one (heavy) and which by series."""
+    enumerated value, whichever tokens are summed one by one (explicit) and which as vectors."""
     v = OptimalVerifier(k, law="wor", flow_tuples=0)
-    for p, q in _cases(v, 60 if k == 2 else 40, seed=60 + k, sizes=(3, 4, 5, 6)):
+    light = 0
+    for p, q in _cases(v, {2: 60, 3: 40, 4: 30}[k], seed=60 + k, sizes=(4, 5, 6)) + EXTREME:
+        if np.count_nonzero(q) < k:
+            continue
         law, accepted = _fallback_output_law(p, q, k)
         np.testing.assert_allclose(law, p, rtol=0, atol=1e-12)
         low = mdsd.optimal_acceptance(p, q, mdsd.IID(k), method="lp")
         high = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k), method="lp")
         assert low - 1e-9 <= accepted <= high + 1e-9
         assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12), (p, q)
-        for heavy in (0.0, 0.45):
-            value = fallback_acceptance(p, q, k, heavy=heavy)
-            assert value == pytest.approx(accepted, abs=1e-12), (heavy, p, q)
+        assert fallback_acceptance(p, q, k, explicit=q.size) == pytest.approx(accepted, abs=1e-12)
+        for explicit in (2, 3):
+            try:
+                value = fallback_acceptance(p, q, k, explicit=explicit)
+            except ValueError:  # the light tokens too heavy for so few explicit ones
+                continue
+            light += 1
+            assert value == pytest.approx(accepted, abs=1e-12), (explicit, p, q)
+    assert light >= 20  # the vector sums were exercised
 
 
-def test_without_replacement_fallback_refuses_k_4():
-    v = OptimalVerifier(4, law="wor", flow_tuples=0)
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_without_replacement_fallback_vector_sums_equal_the_one_by_one_sums(k):
+    """Medium vocabularies (beyond enumeration): every token explicit against mostly light tokens, on
+    unsmoothed pairs (zeros, one-hot rows, ties, disjoint supports, entries down to 1e-300)."""
+    rng = np.random.default_rng(70 + k)
+    for kind in range(24 if k < 4 else 12):
+        p, q = adversarial_pair(rng, (8, 12, 16)[kind % 3], kind)
+        if np.count_nonzero(q) < k:
+            continue
+        every = fallback_acceptance(p, q, k, explicit=q.size)
+        assert fallback_acceptance(p, q, k) == pytest.approx(every, abs=1e-12), (p, q)
+        assert fallback_acceptance(p, q, k, explicit=6) == pytest.approx(every, abs=1e-12), (p, q)
+
+
+def test_without_replacement_fallback_refuses_k_5():
+    v = OptimalVerifier(5, law="wor", flow_tuples=0)
     with pytest.raises(ValueError, match="estimate it"):
         v.acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6))
-    with pytest.raises(ValueError, match="heavy"):
-        fallback_acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6), 3, heavy=0.5)
+    with pytest.raises(ValueError, match="explicit"):
+        fallback_acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6), 3, explicit=0)
+    with pytest.raises(ValueError, match="too small"):  # one explicit token leaves 3 × 0.2 of light mass
+        fallback_acceptance(np.eye(5)[0], np.full(5, 0.2), 3, explicit=1)
 
 
-@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("k", [2, 3, 4])
 def test_without_replacement_fallback_acceptance_at_full_vocabulary(k):
     """V = 151,936 (the fallback's own path): between α*_iid and α*_wor, within a Wilson interval of the
-    sampler's acceptance, and the same whichever tokens the pair sums take one by one."""
+    sampler's acceptance, and the same whichever tokens are summed one by one."""
     rng = np.random.default_rng(5)
     v = mdsd.verifier("optimal", k, law="wor")
     for temperature in (0.05, 0.3, 1.0):
@@ -150,23 +175,25 @@ def test_without_replacement_fallback_acceptance_at_full_vocabulary(k):
         exact = v.acceptance(p, q)
         low = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
         assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k)) + 1e-9
-        split = fallback_acceptance(p, q, k, heavy=0.02)
+        split = fallback_acceptance(p, q, k, explicit=16)
         assert split == pytest.approx(fallback_acceptance(p, q, k), abs=1e-12)
         est = mdsd.estimate_acceptance(v, p, q, 20_000, seed=1)
         assert est.low - 1e-3 <= exact <= est.high + 1e-3, (temperature, exact, est)
 
 
 def test_without_replacement_fallback_acceptance_on_the_real_corpus():
-    """k = 3 on bundled real rows at every stored temperature: the series and the one-by-one pair sums
-    agree, and the value lies between the two optima."""
+    """k = 3, 4 on bundled real rows at every stored temperature: the sums agree whichever tokens are
+    explicit, and the value lies between the two optima."""
     for temperature in mdsd.data.corpus.TEMPERATURES:
         pairs = mdsd.data.real_pairs(temperature)
         for r in np.linspace(0, len(pairs) - 1, 3).astype(int):
             p, q = pairs.p[r], pairs.q[r]
-            exact = fallback_acceptance(p, q, 3)
-            assert fallback_acceptance(p, q, 3, heavy=0.0) == pytest.approx(exact, abs=1e-12)
-            low = mdsd.optimal_acceptance(p, q, mdsd.IID(3))
-            assert low - 1e-12 <= exact <= mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(3)) + 1e-9
+            for k in (3, 4):
+                exact = fallback_acceptance(p, q, k)
+                assert fallback_acceptance(p, q, k, explicit=16) == pytest.approx(exact, abs=1e-12)
+                low = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
+                high = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))
+                assert low - 1e-12 <= exact <= high + 1e-9
 
 
 def test_acceptance_is_alpha_star_at_full_vocabulary():

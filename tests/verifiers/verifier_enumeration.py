@@ -201,16 +201,16 @@ def _least_depth_odds(segments: list[list[tuple[float, float]]]) -> np.ndarray:
             float(m > 0 and any(a <= mid <= b for a, b in segs)) / (m or 1.0)
             for segs, m in zip(segments, mass, strict=True)
         ]
-        # P(depth_j > o) on [lo, hi]: 1 − (mass below lo + dens_j (o − lo)); constant for points
-        lines = [np.array([survive(j, lo) + dens[j] * lo, -dens[j]]) for j in range(len(segments))]
+        # P(depth_j > o) at o = lo + (hi − lo) x, x in [0, 1]: survive(j, lo) − (j's mass fraction on the
+        # interval) x; constant for points. In x every coefficient is at most 1, whatever the masses.
+        lines = [np.array([survive(j, lo), -dens[j] * (hi - lo)]) for j in range(len(segments))]
         for i, d in enumerate(dens):
             if d > 0:
-                f = np.array([d])
+                f = np.array([d * (hi - lo)])
                 for j, line in enumerate(lines):
                     if j != i:
                         f = poly.polymul(f, line)
-                anti = poly.polyint(f)
-                odds[i] += poly.polyval(hi, anti) - poly.polyval(lo, anti)
+                odds[i] += poly.polyval(1.0, poly.polyint(f))
     return odds
 
 
