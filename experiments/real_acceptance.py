@@ -330,7 +330,7 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
         lines.append(
             f"Not computed ({sum(skipped.values())} (T, k, position) cases): {which}. No exact acceptance "
             "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples; optimal:wor: "
-            "the i.i.d. fallback's closed form stops at k = 3)."
+            "the i.i.d. fallback's exact sums stop at k = 4)."
         )
     return "\n".join(lines) + "\n"
 
