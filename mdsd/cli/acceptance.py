@@ -4,8 +4,9 @@
 
 Each FILE holds one probability vector (a ``.npy`` array or a ``.json`` list). Without ``--p`` and
 ``--q`` it runs on the built-in example of ``mdsd optimal``. A verifier defined for one k only (the
-single-draft verifier: 1, SpecHub: 2) runs at that k; a verifier whose exact acceptance is out of reach
-(RRSw with k ≥ 3 on a large vocabulary) is reported with a Monte Carlo estimate instead (``--samples``,
+single-draft verifier: 1, SpecHub: 2) runs at that k; ``optimal:wor`` follows ``optimal`` (drafts without
+replacement). A verifier whose exact acceptance is out of reach (RRSw with k ≥ 3 on a large vocabulary,
+``optimal:wor`` with k ≥ 5 there) is reported with a Monte Carlo estimate instead (``--samples``,
 seeded). Verifiers that cannot run here (k drafts need more distinct tokens than the vocabulary has)
 are listed as skipped, with the reason; so is an optimum the OTM solvers refuse (a q with fewer
 positive tokens than the law needs, where the verifiers fall back to their top-k rule).
@@ -22,6 +23,8 @@ from mdsd.cli.optimal import add_pair_arguments, read_pair
 from mdsd.otm import optimal_acceptance
 from mdsd.validation import as_pair
 from mdsd.verifiers import VERIFIERS, estimate_acceptance, supports, verifier, verifier_class
+
+NAMES = (*VERIFIERS, "optimal:wor")  # every verifier, and the optimal one for drafts without replacement
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +59,7 @@ def acceptance_rows(
     law's optimum and the gap (None where the OTM solvers refuse q, with ``optimum_note``). A skipped
     entry per verifier that cannot run here: verifier, k and reason."""
     rows, skipped = [], []
-    for name in VERIFIERS:
+    for name in NAMES:
         kk = _k_for(name, k)
         if kk is None:
             skipped.append({"verifier": name, "k": k, "reason": f"{name} does not run with k = {k}"})

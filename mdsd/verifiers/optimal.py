@@ -127,6 +127,24 @@ class OptimalVerifier(Verifier):
 
     # -- acceptance ---------------------------------------------------------------------------------------
 
+    def exact_obstacle(self, q, limit=None):
+        """None where :meth:`acceptance` is exact: i.i.d. drafts, a flow of at most ``limit`` (default
+        ``flow_tuples``) draft tuples, or the without-replacement fallback with k <= 4."""
+        if isinstance(self.law, IID) or (isinstance(self.law, WithoutReplacement) and self.k <= 4):
+            return None
+        limit = self.flow_tuples if limit is None else limit
+        rows = np.asarray(q, dtype=np.float64).reshape(-1, np.shape(q)[-1])
+        if all(_tuple_count(row / row.sum(), self.law) <= limit for row in rows):
+            return None
+        if isinstance(self.law, WithoutReplacement):
+            return (
+                f"{self!r} on {np.count_nonzero(rows[0])} tokens runs the i.i.d. fallback (more than {limit} "
+                "draft tuples), whose exact acceptance is known only for k <= 4: it lies between "
+                "optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, WithoutReplacement(k)); "
+                "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
+            )
+        return f"{self!r} solves a flow on at most {limit} draft tuples; q gives more"
+
     def _acceptance(self, p, q):
         if isinstance(self.law, IID):
             law = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], self.k).target[0].numpy()
@@ -135,15 +153,7 @@ class OptimalVerifier(Verifier):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
         if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
-        if isinstance(self.law, WithoutReplacement):
-            raise ValueError(
-                f"{self!r} on {np.count_nonzero(q)} tokens runs the i.i.d. fallback (more than "
-                f"{self.flow_tuples} draft tuples), whose exact acceptance is known only for k <= 4: it "
-                "lies between optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, "
-                "WithoutReplacement(k)); "
-                "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
-            )
-        raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
+        raise ValueError(self.exact_obstacle(q))
 
     # -- sampling -----------------------------------------------------------------------------------------
 

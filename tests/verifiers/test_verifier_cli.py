@@ -9,13 +9,14 @@ import pytest
 
 import mdsd
 from mdsd.cli import main
+from mdsd.verifiers.fallback import fallback_acceptance
 
 
 def test_builtin_example_json_matches_the_library(capsys):
     assert main(["acceptance", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["example"] and out["k"] == 2
-    assert [r["verifier"] for r in out["rows"]] == list(mdsd.VERIFIERS)
+    assert [r["verifier"] for r in out["rows"]] == [*mdsd.VERIFIERS, "optimal:wor"]
     from mdsd.cli.optimal import EXAMPLE_P, EXAMPLE_Q
 
     for r in out["rows"]:
@@ -64,6 +65,27 @@ def test_estimate_where_no_exact_form(tmp_path, capsys):
     assert rows["rrs"]["exact"] is True
 
 
+def test_optimal_without_replacement_exact_to_k_4_then_estimated(tmp_path, capsys):
+    """n = 60: beyond the flow's size for k >= 3, so optimal:wor runs its i.i.d. fallback, exact for
+    k <= 4 (the fallback's sums) and estimated for k = 5, between the i.i.d. and without-replacement
+    optima."""
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.full(60, 0.3)), rng.dirichlet(np.full(60, 0.3))
+    np.save(tmp_path / "p.npy", p)
+    np.save(tmp_path / "q.npy", q)
+    for k in (4, 5):
+        args = ["acceptance", "--p", str(tmp_path / "p.npy"), "--q", str(tmp_path / "q.npy"), "--k", str(k)]
+        assert main([*args, "--samples", "4000", "--json"]) == 0
+        row = {r["verifier"]: r for r in json.loads(capsys.readouterr().out)["rows"]}["optimal:wor"]
+        assert row["law"] == "without_replacement" and row["exact"] is (k == 4)
+        if k == 4:
+            assert row["acceptance"] == pytest.approx(fallback_acceptance(p, q, 4), abs=1e-12)
+        else:
+            assert row["interval"][0] <= row["acceptance"] <= row["interval"][1]
+        low = mdsd.optimal_acceptance(p, q, mdsd.IID(k))
+        assert low - 0.02 <= row["acceptance"] <= row["optimum"] + 0.02
+
+
 def test_bad_input_exits_with_status_2(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[0.5, 0.6]")
     (tmp_path / "ok.json").write_text("[0.5, 0.5]")
@@ -92,11 +114,11 @@ def test_k_beyond_the_vocabulary_skips_only_those_verifiers(tmp_path, capsys):
         ("spechub", 2),
         ("optimal", 5),
     ]
-    assert [s["verifier"] for s in out["skipped"]] == ["rrsw", "greedy", "topk"]
+    assert [s["verifier"] for s in out["skipped"]] == ["rrsw", "greedy", "topk", "optimal:wor"]
     assert all("needs at least 5" in s["reason"] and s["k"] == 5 for s in out["skipped"])
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "skipped: rrsw (k = 5): q has 4 tokens" in text and text.count("skipped:") == 3
+    assert "skipped: rrsw (k = 5): q has 4 tokens" in text and text.count("skipped:") == 4
 
 
 def test_degenerate_q_gets_the_top_k_rule_and_no_optimum(tmp_path, capsys):
