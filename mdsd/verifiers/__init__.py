@@ -62,14 +62,26 @@ _CLASSES: dict[str, type[Verifier]] = {
 VERIFIERS: tuple[str, ...] = tuple(_CLASSES)
 
 
+def _parts(name: str) -> tuple[str, str]:
+    """(registered name, draft law or "") of ``NAME``, ``NAME:LAW`` or ``NAME-LAW`` ("optimal-wor")."""
+    if not isinstance(name, str):
+        return name, ""
+    base, _, law = name.partition(":")
+    head, _, tail = name.partition("-")
+    if not law and base not in _CLASSES and head in _CLASSES and tail:
+        return head, tail
+    return base, law
+
+
 def verifier_class(name: str) -> type[Verifier]:
-    """The class registered as ``name`` (one of :data:`VERIFIERS`, or ``NAME:LAW`` such as "optimal:wor").
+    """The class registered as ``name`` (one of :data:`VERIFIERS`, or ``NAME:LAW`` / ``NAME-LAW`` such as
+    "optimal:wor", "optimal-wor").
 
     >>> cls = verifier_class("spechub")
     >>> cls.__name__, cls.supports_k(2), cls.supports_k(3)
     ('SpecHubVerifier', True, False)
     """
-    base = name.partition(":")[0] if isinstance(name, str) else name
+    base = _parts(name)[0]
     if base not in _CLASSES:
         raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
     return _CLASSES[base]
@@ -89,16 +101,17 @@ def verifier(name: str, k: int, law: str | DraftLaw | None = None) -> Verifier:
 
     ``law`` picks the draft law of verifiers that take one ("optimal": "iid", "wor" or a
     :class:`mdsd.DraftLaw`); the others have a fixed law and refuse it. ``name`` may carry it as
-    ``NAME:LAW`` (``"optimal:wor"``), the form the tree decoder, the CLI and the experiments take.
+    ``NAME:LAW`` (``"optimal:wor"``, or ``"optimal-wor"``), the form the tree decoder, the CLI and the
+    experiments take.
 
     >>> v = verifier("spechub", 2)
     >>> v.name, v.k, v.law.name
     ('spechub', 2, 'hub')
-    >>> verifier("optimal", 3, law="wor").law.name, verifier("optimal:wor", 3).law.name
+    >>> verifier("optimal", 3, law="wor").law.name, verifier("optimal-wor", 3).law.name
     ('without_replacement', 'without_replacement')
     """
     cls = verifier_class(name)
-    named = name.partition(":")[2]
+    named = _parts(name)[1]
     if named:
         if law is not None:
             raise ValueError(f"give the law once: verifier {name!r} names it, and law={law!r}")

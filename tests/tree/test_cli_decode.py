@@ -99,12 +99,23 @@ def test_decode_a_batch_file_with_a_dynamic_adaptive_tree(model_dirs, tmp_path, 
     )
 
 
+@pytest.mark.parametrize("name", ["optimal:wor", "optimal-wor", "traversal"])
+def test_decode_takes_a_verifier_with_its_law_and_the_path_rules(model_dirs, capsys, name):
+    target, draft = model_dirs
+    args = ["decode", "--target", str(target), "--draft", str(draft), "--tree", "binary:2"]
+    code = main(
+        [*args, "--verifier", name, "--temperature", "0.6", "--prompt", "the cat", "--max-new-tokens", "4"]
+    )
+    assert code == 0 and f"1 prompt(s), {name}, binary:2: 4 tokens from" in capsys.readouterr().out
+
+
 def test_decode_checks_the_verifier_before_loading_models(tmp_path, capsys):
     missing = tmp_path / "nowhere"
     code = main(
         ["decode", "--target", str(missing), "--draft", str(missing), "--verifier", "nope", "--prompt", "x"]
     )
-    assert code == 2 and "--verifier must be one of" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "--verifier must be one of" in err and "optimal:wor" in err
 
 
 def test_a_model_folder_without_a_tokenizer_is_named(model_dirs, tmp_path, capsys):

@@ -276,6 +276,11 @@ def test_law_argument_and_registry():
         repr(mdsd.verifier("optimal", 2, law="wor")) == "verifier('optimal', k=2, law='without_replacement')"
     )
     assert mdsd.verifier("optimal", 2).law == mdsd.IID(2)
+    for name, law in (("optimal:wor", "without_replacement"), ("optimal-wor", "without_replacement")):
+        assert mdsd.verifier(name, 2).law.name == law  # the spelling and the NAME:LAW form
+    assert mdsd.verifier("optimal-iid", 2).law == mdsd.IID(2)
+    with pytest.raises(ValueError, match="unknown verifier"):
+        mdsd.verifier("optimal-", 2)
     with pytest.raises(ValueError, match="law must be"):
         mdsd.verifier("optimal", 2, law="hub")
     with pytest.raises(ValueError, match="draws 2 drafts"):
