@@ -407,7 +407,7 @@ def verdicts(rows: list[dict], temperature: float) -> list[str]:
             for r in dynamic:
                 versus = compared(r, best_fixed, "tokens_per_forward", "ci95")
                 lines.append(f"- {verifier}, tokens per target forward: {versus}")
-    return lines
+    return lines if len(lines) > 3 else []  # no heading over nothing
 
 
 def compared(a: dict, b: dict, key: str, ci: str) -> str:

@@ -178,6 +178,7 @@ def test_batch_efficiency_verdicts_name_the_winner_and_overlapping_intervals():
     assert lines[5] == dynamic + "; the 95% intervals overlap)" and len(lines) == 6
     rows[1]["tokens_per_second_ci95"] = (2.1, 2.7)  # now it meets hf-assisted's interval
     assert verdicts(rows, 0.6)[4].endswith("(2.50 vs 2.00; the 95% intervals overlap)")
+    assert verdicts(rows[1:3], 0.6) == []  # nothing to compare: no heading either
 
 
 def test_draft_sources_quick(tmp_path):
