@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> Path:
                         "row": int(row),
                         "alpha_iid": float(mdsd.optimal_acceptance(p, q, mdsd.IID(k))),
                         "alpha_wor": float(mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k))),
-                        "fallback_exact": float(optimal.acceptance(p, q)) if k <= 4 else None,
+                        "fallback_exact": (
+                            float(optimal.acceptance(p, q)) if optimal.exact_obstacle(q) is None else None
+                        ),
                         "fallback": fallback.value,
                         "fallback_low": fallback.low,
                         "fallback_high": fallback.high,

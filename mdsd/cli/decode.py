@@ -123,15 +123,11 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.hf import load_pair, pair_paths, require_hf
     from mdsd.tree.adaptive import GrowShrink
-    from mdsd.tree.decoder import PATH_RULES
-    from mdsd.verifiers import VERIFIERS, verifier_class
+    from mdsd.tree.decoder import decodable, verifier_names
 
-    if args.verifier not in PATH_RULES:  # before any model is loaded; NAME:LAW as the decoder takes it
-        try:
-            verifier_class(args.verifier)
-        except ValueError:
-            choices = ", ".join((*VERIFIERS, "optimal:wor", *PATH_RULES))
-            raise ValueError(f"--verifier must be one of {choices}; got {args.verifier!r}") from None
+    if not decodable(args.verifier):  # before any model is loaded
+        choices = ", ".join(verifier_names())
+        raise ValueError(f"--verifier must be one of {choices}; got {args.verifier!r}")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
     if args.compare and args.batch_file:

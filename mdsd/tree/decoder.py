@@ -486,22 +486,38 @@ def _shared_vocab_size(target: torch.nn.Module, draft: torch.nn.Module) -> int:
     return sizes["target"][0]
 
 
+def verifier_names() -> tuple[str, ...]:
+    """The verifier names the decoder takes, as listed to users: the registry, "optimal:wor" (any
+    ``NAME:LAW`` / ``NAME-LAW`` of :func:`mdsd.verifier` is taken too) and the path rules."""
+    from mdsd.verifiers import VERIFIERS
+
+    return (*VERIFIERS, "optimal:wor", *PATH_RULES)
+
+
+def decodable(name: str) -> bool:
+    """Whether the decoder runs verifier ``name`` (a path rule, or a name :func:`mdsd.verifier` takes)."""
+    from mdsd.verifiers import verifier_class
+
+    if name in PATH_RULES:
+        return True
+    try:
+        verifier_class(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
     """{k: the verifier of a node with k children}; the name is checked whatever the tree (none at T = 0).
 
     The path rules draft with the law they verify: "block" one draft per node, "traversal" i.i.d. children
     (the drafting kernels of "single" and "rrs")."""
-    from mdsd.verifiers import VERIFIERS, verifier, verifier_class
+    from mdsd.verifiers import verifier
 
+    if not decodable(name):
+        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(verifier_names())}")
     if name in PATH_RULES:
         name = "single" if name == "block" else "rrs"
-    else:
-        try:
-            verifier_class(name)
-        except ValueError:
-            raise ValueError(
-                f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS + PATH_RULES)}"
-            ) from None
     if temperature == 0:
         return {}
     out = {}

@@ -122,8 +122,8 @@ class OptimalVerifier(Verifier):
         # also decides k − 1 repeats and picks each repeat
         return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
 
-    def _small(self, q: np.ndarray) -> bool:
-        return _tuple_count(q, self.law) <= self.flow_tuples
+    def _small(self, q: np.ndarray, limit: int | None = None) -> bool:
+        return _tuple_count(q, self.law) <= (self.flow_tuples if limit is None else limit)
 
     # -- acceptance ---------------------------------------------------------------------------------------
 
@@ -132,10 +132,10 @@ class OptimalVerifier(Verifier):
         ``flow_tuples``) draft tuples, or the without-replacement fallback with k <= 4."""
         if isinstance(self.law, IID) or (isinstance(self.law, WithoutReplacement) and self.k <= 4):
             return None
-        limit = self.flow_tuples if limit is None else limit
         rows = np.asarray(q, dtype=np.float64).reshape(-1, np.shape(q)[-1])
-        if all(_tuple_count(row / row.sum(), self.law) <= limit for row in rows):
+        if all(self._small(row / row.sum(), limit) for row in rows):
             return None
+        limit = self.flow_tuples if limit is None else limit
         if isinstance(self.law, WithoutReplacement):
             return (
                 f"{self!r} on {np.count_nonzero(rows[0])} tokens runs the i.i.d. fallback (more than {limit} "
