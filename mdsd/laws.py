@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mdsd import race
-from mdsd.sampling import inverse_cdf, race_top_k, top_k
+from mdsd.sampling import UniformStream, inverse_cdf, race_top_k, top_k, uniform
 from mdsd.validation import as_probabilities, as_probability_tensor, check_k
 
 __all__ = [
@@ -152,7 +152,7 @@ class PrefixStatistics:
 
 def _uniforms(q: torch.Tensor, shape: tuple[int, ...], m: int, generator) -> torch.Tensor:
     """Float64 uniforms [*shape, m] on q's device, for m inverse-CDF draws per row."""
-    return torch.rand(*shape, m, generator=generator, dtype=torch.float64, device=q.device)
+    return uniform((*shape, m), generator, q.device)
 
 
 @dataclass(frozen=True)
@@ -391,9 +391,12 @@ class WithoutReplacement(DraftLaw):
             yield x, w
 
     def _sample(self, q, generator, shape=None):
-        if shape is None or math.prod(shape) == math.prod(q.shape[:-1]):
+        # one race per row (V uniforms) from a generator; k sequential inverse-CDF draws (k uniforms)
+        # from a stream, whose buffer holds a step's numbers, or for many tuples of one pair
+        racing = not isinstance(generator, UniformStream)
+        if racing and (shape is None or math.prod(shape) == math.prod(q.shape[:-1])):
             return race_top_k(q if shape is None else q.expand(*shape, q.shape[-1]), self.k, generator)
-        u = _uniforms(q, shape, self.k, generator)
+        u = _uniforms(q, q.shape[:-1] if shape is None else shape, self.k, generator)
         drawn = inverse_cdf(q, u[..., :1])  # [*shape, 1]
         for i in range(1, self.k):
             drawn = torch.cat([drawn, inverse_cdf(q, u[..., i : i + 1], dropped=drawn)], dim=-1)

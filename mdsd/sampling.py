@@ -10,16 +10,24 @@ the block masses are summed once (in the weights' precision, torch's cascade sum
 float64), a draw picks a block from their float64 cumulative sums and then a token inside it. After
 the one pass over the weights a draw costs O(√V), so many draws from one row (``simulate``) stay
 cheap, and a token of zero weight is never drawn while the row has mass.
+
+**Where the uniforms come from.** Every random number of mdsd's samplers is a float64 uniform drawn by
+:func:`uniform` from a *source*: a ``torch.Generator`` (``torch.rand``), or a :class:`UniformStream`, a
+buffer drawn up front that hands out consecutive slices. A decoding step captured in a CUDA graph or
+traced by ``torch.compile`` cannot call a generator inside; it reads its numbers from a stream whose
+buffer is refilled by one ``torch.rand`` per step.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from dataclasses import dataclass
 
 import torch
 
 __all__ = [
+    "UniformStream",
+    "uniform",
     "block_size",
     "block_masses",
     "masses_without",
@@ -29,7 +37,49 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=64)
+@dataclass
+class UniformStream:
+    """Float64 uniforms drawn up front, handed out in order: each :meth:`take` returns the next slice.
+
+    ``values`` [U] is the buffer; ``used`` counts what was taken. Without ``values`` the stream draws
+    from ``generator`` and only counts (how a step learns the size of its buffer). A stream is made
+    fresh for every step, so that a traced step sees ``used`` as a constant.
+
+    >>> s = UniformStream(torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64))
+    >>> s.take((2,)).tolist(), s.take((1, 1)).tolist(), s.used
+    ([0.1, 0.2], [[0.3]], 3)
+    """
+
+    values: torch.Tensor | None = None
+    generator: torch.Generator | None = None
+    used: int = 0
+
+    def take(self, shape: tuple[int, ...], device: torch.device | str | None = None) -> torch.Tensor:
+        count = math.prod(shape)
+        start, self.used = self.used, self.used + count
+        if self.values is None:
+            dev = device if device is not None else "cpu"
+            return torch.rand(*shape, generator=self.generator, dtype=torch.float64, device=dev)
+        if self.used > self.values.numel():
+            raise ValueError(
+                f"the uniform buffer holds {self.values.numel()} numbers; {self.used} were asked"
+            )
+        return self.values[start : self.used].view(shape)
+
+
+def uniform(
+    shape: tuple[int, ...], source: torch.Generator | UniformStream | None, device: torch.device | str
+) -> torch.Tensor:
+    """Float64 uniforms in [0, 1) of ``shape`` on ``device`` from ``source``: a generator (None: fresh
+    entropy from the operating system) or a :class:`UniformStream`."""
+    if isinstance(source, UniformStream):
+        return source.take(tuple(shape), device)
+    if source is None:
+        source = torch.Generator(device=device)
+        source.seed()
+    return torch.rand(*shape, generator=source, dtype=torch.float64, device=device)
+
+
 def block_size(n: int) -> int:
     """Tokens per block for a vocabulary of ``n``: ⌈√n⌉ (the last block may be shorter)."""
     return math.isqrt(n - 1) + 1 if n > 1 else 1
@@ -181,7 +231,7 @@ def race_top_k(q: torch.Tensor, k: int, generator: torch.Generator | None) -> to
     >>> race_top_k(torch.tensor([0.0, 1e-40, 1.0]), 2, torch.Generator().manual_seed(0))
     tensor([2, 1])
     """
-    u = torch.rand(q.shape, generator=generator, dtype=torch.float64, device=q.device)
+    u = uniform(tuple(q.shape), generator, q.device)
     exp = torch.log(1.0 - u).neg_()  # E ~ Exp(1); 1 − U is exact (U is a multiple of 2^-53)
     arrival = exp.log_().sub_(torch.log(q.to(torch.float64)))  # log(E / q)
     arrival = arrival.nan_to_num_(nan=math.inf, posinf=math.inf, neginf=-math.inf)  # E = 0 with q = 0

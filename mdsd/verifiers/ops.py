@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mdsd.sampling import block_masses, masses_without
+from mdsd.sampling import UniformStream, block_masses, masses_without, uniform
 
 __all__ = ["Uniforms", "draw_uniforms", "take", "first_match", "mass_outside", "top_tokens"]
 
@@ -38,17 +38,14 @@ class Uniforms:
 def draw_uniforms(
     batch_shape: tuple[int, ...],
     k: int,
-    generator: torch.Generator | None,
+    generator: torch.Generator | UniformStream | None,
     device: torch.device | str = "cpu",
 ) -> Uniforms:
-    """Draw the uniforms of one ``verify`` call: a single ``torch.rand`` of shape [*batch_shape, k + 1].
-
-    ``generator=None`` uses a fresh generator seeded from the operating system.
+    """Draw the uniforms of one ``verify`` call: one draw of shape [*batch_shape, k + 1] from
+    ``generator`` (a ``torch.Generator``, a :class:`mdsd.sampling.UniformStream`, or None: a fresh
+    generator seeded from the operating system).
     """
-    if generator is None:
-        generator = torch.Generator(device=device)
-        generator.seed()
-    u = torch.rand(*batch_shape, k + 1, generator=generator, dtype=torch.float64, device=device)
+    u = uniform((*batch_shape, k + 1), generator, device)
     return Uniforms(accept=u[..., :k], residual=u[..., k])
 
 
