@@ -54,7 +54,7 @@ import mdsd
 from mdsd.cli.decode import parse_tree
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import Pending, causal, model_forward
+from mdsd.tree.draft import Pending, causal
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def autoregressive(model, prompts: list[list[int]], max_new_tokens: int, tempera
     reads the prompts), and the cache length before each of them."""
     dev = next(model.parameters()).device
     gen = torch.Generator(device=dev).manual_seed(seed)
-    cache, pending = ModelCache(len(prompts), dev), Pending.from_rows(prompts, dev)
+    cache, pending = ModelCache(model, len(prompts), dev), Pending.from_rows(prompts, dev)
     ids, real = pending.ids, pending.real
     positions = (real.cumsum(1) - 1).clamp(min=0)
     visible, keep = causal(real), 1
@@ -170,7 +170,8 @@ def autoregressive(model, prompts: list[list[int]], max_new_tokens: int, tempera
             start = time.perf_counter()
         if step:
             contexts.append(cache.length)
-        logits, _ = model_forward(model, cache, ids, visible, cache.valid, positions, keep, real)
+        cache.begin()
+        logits, _ = cache.forward(ids, visible, positions, keep, real)
         logits = logits[:, -1].float()  # [B, V]
         if temperature == 0:
             token = logits.argmax(-1)

@@ -64,7 +64,7 @@ def test_the_profile_times_forwards_like_the_decoders(pair):
     calls = []
 
     def hook(module, args, kwargs):
-        cache = kwargs["past_key_values"]
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # the name changed in transformers 5.24
         calls.append(
             (
                 tuple(kwargs["input_ids"].shape),
@@ -86,6 +86,29 @@ def test_the_profile_times_forwards_like_the_decoders(pair):
     expected.append(((2, 5), (2, 1, 5, 5), torch.float32, list(range(5)), 0, 1))  # the cache's prefill
     expected += [((2, t), (2, 1, t, 5 + t), torch.float32, list(range(5, 5 + t)), 5, t) for _, t in timed]
     assert calls == expected
+
+
+def test_a_profile_of_the_fast_path_times_the_static_forwards(pair, monkeypatch):
+    """compile= times the fast path's forwards (static caches, each shape captured once): every grid
+    point is timed, and the profile says which path it measured."""
+    from mdsd.tree.static import StaticLM
+
+    shapes = []
+    forward = StaticLM.forward
+
+    def record(self, ids, *args, **kwargs):
+        shapes.append((tuple(ids.shape), int(self.length[0])))
+        return forward(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(StaticLM, "forward", record)
+    profile = mdsd.measure_profile(pair[0], [2], [1, 3], [0, 5], repeats=2, progress=False, compile="none")
+    assert profile.path == "static:none" and np.all(profile.table > 0)
+    expected = []
+    for c in (0, 5):
+        expected += [((2, 5), 0)] if c else []  # the prefill of c entries
+        expected += [((2, t), c) for t in (1, 3)]  # each shape once eagerly before it is captured
+        expected += [((2, t), c) for _ in range(3) for t in (1, 3)]  # a warm-up round, two timed rounds
+    assert shapes == expected
 
 
 def test_measure_profile_rejects_bad_arguments(pair):

@@ -6,7 +6,14 @@ On the test path of every test directory (pyproject: ``pythonpath = ["tests"]``)
 import copy
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 
 def tiny_lm(
@@ -19,7 +26,11 @@ def tiny_lm(
 ):
     """A 2-layer model; ``sharpness`` scales the output layer (peakier next-token laws); ``random_norms``
     also randomises the norm weights and biases (a mis-mapped tensor in a file format then shows)."""
-    families = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+    families = {
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
+    }
     config_cls, model_cls = families[family]
     config = config_cls(
         vocab_size=vocab,

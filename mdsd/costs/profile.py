@@ -16,7 +16,9 @@ import torch
 from tqdm import tqdm
 
 from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import causal, model_forward
+from mdsd.tree.compiled import backend_of, capture
+from mdsd.tree.draft import causal
+from mdsd.tree.static import StaticLM
 
 __all__ = ["CostProfile", "measure_profile"]
 
@@ -38,6 +40,10 @@ class CostProfile:
         a local directory, else its class, parameter count and shape.
     device, dtype : str
         Where and in which dtype it ran.
+    path : str
+        How the forwards ran: "eager" (the decoder's reference path, transformers caches) or
+        "static:<backend>" (the fast path: static caches, each forward captured with ``<backend>``; see
+        :mod:`mdsd.tree.compiled`).
     threads : int
         ``torch.get_num_threads()`` during the measurement (0 for a synthetic profile).
     repeats : int
@@ -63,6 +69,7 @@ class CostProfile:
     contexts: tuple[int, ...]
     times: tuple
     spread: tuple
+    path: str = "eager"  # how the forwards ran: "eager" (transformers caches) or "static:<backend>"
 
     def __post_init__(self) -> None:
         for name, low in (("batches", 1), ("tokens", 1), ("contexts", 0)):
@@ -148,6 +155,7 @@ class CostProfile:
         if not isinstance(payload, dict) or payload.pop("format", None) != _FORMAT:
             raise ValueError(f"{path} is not a cost profile written by CostProfile.save ({_FORMAT})")
         names = {f.name for f in dataclasses.fields(cls)}
+        payload.setdefault("path", "eager")  # written before the fast path existed
         if set(payload) != names:
             raise ValueError(f"{path}: expected the fields {sorted(names)}, got {sorted(payload)}")
         return cls(**payload)
@@ -205,15 +213,21 @@ def measure_profile(
     device: str | torch.device | None = None,
     generator: torch.Generator | None = None,
     progress: bool = True,
+    compile: bool | str = False,
 ) -> CostProfile:
     """Time ``model``'s forwards on a grid of (batch, new tokens, cache length): a :class:`CostProfile`.
 
     For each batch size B and cache length c a KV cache of c random tokens per row is filled; then each block
-    of t new random tokens per row is run through :func:`mdsd.tree.draft.model_forward`, as the decoder does
-    (4-D float mask over the cache's live slots and a causal block, explicit positions, logits of all t
-    tokens) and the cache is cut back to c. One untimed round warms every shape up, then ``repeats`` rounds
-    over the tokens grid are timed (``torch.cuda.synchronize`` around each forward on CUDA); the median is
-    kept. On the CPU the forwards use the torch threads the caller set (``torch.set_num_threads``).
+    of t new random tokens per row is run as the decoder runs it (a mask over the cache's live slots and a
+    causal block, explicit positions, logits of all t tokens) and the cache is cut back to c. One untimed
+    round warms every shape up, then ``repeats`` rounds over the tokens grid are timed
+    (``torch.cuda.synchronize`` around each forward on CUDA); the median is kept. On the CPU the forwards
+    use the torch threads the caller set (``torch.set_num_threads``).
+
+    ``compile`` picks the path, as :class:`mdsd.TreeDecoder`'s does: False, the eager path
+    (:class:`mdsd.tree.cache.ModelCache`); True or a backend name, the fast path's static caches
+    (:class:`mdsd.tree.static.StaticLM`) with every forward shape captured once (a CUDA graph on CUDA)
+    and replayed.
 
     Parameters
     ----------
@@ -229,6 +243,8 @@ def measure_profile(
         Draws the random token ids (timings do not depend on them); None: seed 0.
     progress : bool
         Show a progress bar.
+    compile : bool or str
+        The decoder path to time (above).
     """
     b_grid, t_grid, c_grid = (
         _check_grid(g, n, lo)
@@ -248,6 +264,7 @@ def measure_profile(
             raise ValueError(f"device is {device} but the model's parameters are on {dev}")
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
     vocab = int(model.config.vocab_size)
+    backend = backend_of(compile, dev)
     bar = tqdm(
         total=len(b_grid) * len(c_grid) * (repeats + 1) * len(t_grid),
         desc="profile",
@@ -260,13 +277,20 @@ def measure_profile(
     for i, B in enumerate(b_grid):
         for k, c in enumerate(c_grid):
             bar.set_postfix(batch=B, context=c)
-            cache = _filled_cache(model, B, c, vocab, dev, generator)
             samples = np.zeros((repeats + 1, len(t_grid)))
-            for r in range(repeats + 1):  # round 0 warms up
-                for j, t in enumerate(t_grid):
-                    samples[r, j] = _timed_block(model, cache, B, t, c, vocab, dev, generator)
-                    cache = _cut(cache, B, c, dev)
-                    bar.update()
+            if backend is None:
+                cache = _filled_cache(model, B, c, vocab, dev, generator)
+                for r in range(repeats + 1):  # round 0 warms up
+                    for j, t in enumerate(t_grid):
+                        samples[r, j] = _timed_block(model, cache, B, t, c, vocab, dev, generator)
+                        cache = _cut(cache, B, c, dev)
+                        bar.update()
+            else:
+                runs = _static_forwards(model, B, c, t_grid, vocab, dev, generator, backend)
+                for r in range(repeats + 1):
+                    for j, run in enumerate(runs):
+                        samples[r, j] = _timed(run, dev)
+                        bar.update()
             times[i, :, k] = np.median(samples[1:], axis=0)
             q75, q25 = np.percentile(samples[1:], [75, 25], axis=0)
             spread[i, :, k] = q75 - q25
@@ -282,6 +306,7 @@ def measure_profile(
         contexts=c_grid,
         times=times,
         spread=spread,
+        path="eager" if backend is None else f"static:{backend}",
     )
 
 
@@ -291,20 +316,13 @@ def _random_ids(B: int, n: int, vocab: int, dev: torch.device, generator: torch.
 
 def _filled_cache(model, B: int, c: int, vocab: int, dev, generator) -> ModelCache:
     """A cache with c live entries per row (none: an empty cache)."""
-    cache = ModelCache(B, dev)
+    cache = ModelCache(model, B, dev)
     if c:
         real = torch.ones(B, c, dtype=torch.bool, device=dev)
         positions = torch.arange(c, device=dev).expand(B, -1)
-        model_forward(
-            model,
-            cache,
-            _random_ids(B, c, vocab, dev, generator),
-            causal(real),
-            cache.valid,
-            positions,
-            1,
-            real,
-        )
+        cache.begin()
+        cache.forward(_random_ids(B, c, vocab, dev, generator), causal(real), positions, 1, real)
+        cache.begin()
     return cache
 
 
@@ -315,7 +333,43 @@ def _timed_block(model, cache: ModelCache, B: int, t: int, c: int, vocab: int, d
     visible, positions = causal(real), c + torch.arange(t, device=dev).expand(B, -1)
     _sync(dev)
     start = time.perf_counter()
-    model_forward(model, cache, ids, visible, cache.valid, positions, t, real)
+    cache.forward(ids, visible, positions, t, real)
+    _sync(dev)
+    return time.perf_counter() - start
+
+
+def _static_forwards(model, B: int, c: int, tokens, vocab: int, dev, generator, backend: str) -> list:
+    """One captured forward per t in ``tokens``: t new random tokens per row after c committed entries of
+    a :class:`~mdsd.tree.static.StaticLM` (each replay writes the same step slots)."""
+    lm = StaticLM(model, B, c + max(tokens))
+    if c:
+        real = torch.ones(B, c, dtype=torch.bool, device=dev)
+        lm.forward(
+            _random_ids(B, c, vocab, dev, generator),
+            causal(real),
+            torch.arange(c, device=dev).expand(B, -1),
+            1,
+            real,
+        )
+        lm.commit(torch.arange(c, device=dev).expand(B, -1), torch.full((B,), c, device=dev))
+    runs, pool = [], torch.cuda.graph_pool_handle() if backend == "cudagraph" else None
+    for t in tokens:
+        ids, real = _random_ids(B, t, vocab, dev, generator), torch.ones(B, t, dtype=torch.bool, device=dev)
+        visible, positions = causal(real), c + torch.arange(t, device=dev).expand(B, -1)
+
+        def forward(ids=ids, real=real, visible=visible, positions=positions, t=t) -> torch.Tensor:
+            lm.begin()
+            return lm.forward(ids, visible, positions, t, real)[0]
+
+        forward()  # eager once: lazy state (kernels, handles) before the capture
+        runs.append(capture(forward, backend, pool))
+    return runs
+
+
+def _timed(run, dev: torch.device) -> float:
+    _sync(dev)
+    start = time.perf_counter()
+    run()
     _sync(dev)
     return time.perf_counter() - start
 
@@ -323,9 +377,9 @@ def _timed_block(model, cache: ModelCache, B: int, t: int, c: int, vocab: int, d
 def _cut(cache: ModelCache, B: int, c: int, dev: torch.device) -> ModelCache:
     """The cache back at its c entries (an empty cache is made afresh)."""
     if c == 0:
-        return ModelCache(B, dev)
-    cache.keep_block(
-        c, torch.zeros(B, 0, dtype=torch.long, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
+        return ModelCache(cache.model, B, dev)
+    cache.commit(
+        torch.zeros(B, 0, dtype=torch.long, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
     )
     return cache
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from mdsd.tree.cache import cache_keywords, returned_cache
+
 __all__ = ["sample_continuation", "next_token_logits", "record_prompt"]
 
 
@@ -40,8 +42,8 @@ def sample_continuation(
     ids = input_ids.to(device).reshape(1, -1)
     cache, new, rows = None, [], []
     for _ in range(max_new_tokens):
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_keywords(model, cache))
+        cache = returned_cache(out)
         logits = out.logits[0, -1].float()  # [V]
         rows.append(logits.cpu())
         if not torch.isfinite(logits).all():

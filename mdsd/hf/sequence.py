@@ -22,7 +22,6 @@ import torch
 
 from mdsd.sequence.models import SequenceModel
 from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import model_forward
 from mdsd.validation import check_k
 
 __all__ = ["read_sequence_pair"]
@@ -49,12 +48,11 @@ def _restricted(model, prefix: torch.Tensor, kept: torch.Tensor, depth: int, tem
     ids = torch.cat([prefix[0], tail])[None]
     lengths = torch.tensor([len(u) for u in strings], dtype=torch.long)
     positions = torch.cat([torch.arange(P), P - 1 + lengths])
-    logits, bad = model_forward(
-        model,
-        ModelCache(1, dev),
+    cache = ModelCache(model, 1, dev)
+    cache.begin()
+    logits, bad = cache.forward(
         ids.to(dev),
         visible.to(dev),
-        torch.zeros(1, 0, dtype=torch.bool, device=dev),
         positions[None].to(dev),
         keep=len(strings) + 1,
         block_valid=torch.ones(1, Q, dtype=torch.bool, device=dev),

@@ -28,8 +28,6 @@ nodes, V vocabulary. The uniforms of one call come from :func:`mdsd.verifiers.dr
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 import torch
 
@@ -53,7 +51,6 @@ __all__ = [
 TRAVERSAL_LAWS = ("without_replacement", "iid")  # the children's law; Traversal Verification's own: the first
 
 
-@cache
 def _events(tree: Tree) -> tuple[tuple[bool, int], ...]:
     """DFS over ``tree``: (True, α) when the subtree of α starts, (False, α) when α is visited."""
     out: list[tuple[bool, int]] = []
@@ -184,8 +181,11 @@ def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
     (the root last); return the final P_β of the internal nodes [B, M, V]. A node's own P is never
     changed after its test, so the P of the node a row accepts can be read at the end."""
     B, N, _ = p.shape
-    row = _internal_rows(tree)
-    target = p[:, row >= 0].clone()  # P_β of the internal nodes [B, M, V]
+    # the tree as Python ints (tuples and lists, no numpy): a traced step reads them as constants, and
+    # nothing is copied to the device
+    parent, internal = (-1, *tree.parents), [u for u in range(N) if tree.children[u]]
+    row = {u: m for m, u in enumerate(internal)}
+    target = torch.stack([p[:, u] for u in internal], dim=1)  # P_β of the internal nodes [B, M, V]
     draft = q.clone()  # Q_β [B, M, V]
     w = torch.zeros(B, N, dtype=torch.float64, device=p.device)
     w[:, 0] = 1.0
@@ -193,7 +193,8 @@ def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
         if a == 0:
             visit(0, w[:, 0])
             break
-        b, i = int(tree.parent[a]), int(row[tree.parent[a]])
+        b = parent[a]
+        i = row[b]
         x = tokens[:, a : a + 1]  # [B, 1]
         if starts:  # w_α = min(1, w_β P_β(x_α) / Q_β(x_α)), without overflowing for tiny Q_β(x_α)
             num = w[:, b] * target[:, i].gather(-1, x)[:, 0].double()
@@ -230,9 +231,10 @@ def _verify(p, q, tree, tokens, wor, u: Uniforms):
 
     target = _walk(p, q, tree, tokens, wor, visit)
     rows = torch.arange(B, device=p.device)
-    at = torch.as_tensor(_internal_rows(tree), device=p.device)[accepted]  # [B]
     bonus = p[rows, accepted]  # [B, V]
-    last = torch.where((at >= 0)[:, None], target[rows, at.clamp_min(0)], bonus)
+    last = bonus  # the law after the accepted node: its final P_β if it is internal, else a bonus from p
+    for m, node in enumerate(u for u in range(tree.num_nodes) if tree.children[u]):  # internal, in order
+        last = torch.where((accepted == node)[:, None], target[:, m], last)
     return accepted, inverse_cdf(last, u.residual.unsqueeze(-1), fallback=bonus)[..., 0]
 
 

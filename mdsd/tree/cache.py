@@ -1,24 +1,33 @@
-"""Key/value caches of tree decoding: one batched ``transformers`` cache with a live-slot mask per row.
+"""Key/value caches of tree decoding, and the one way the decoder runs a model over them.
 
-Rows of a batch hold different numbers of live entries (ragged prompts, different accepted paths), so each
-row carries a validity mask over the cache slots (``valid [B, C]``); dead slots are never attended to. A
-forward appends a block of ``Q`` new tokens to every row; :func:`block_mask` lets each new token see
+A decoding step appends blocks of new tokens to a model's cache: the pending tokens and the tree's nodes.
+Every cache of mdsd keeps the same two regions per row:
 
-* the live cache entries of its row,
-* inside the block, exactly the tokens given by ``visible [B, Q, Q]`` (causal for pending tokens,
-  "ancestors or self" for tree nodes; ../shared/MATH.md §4).
+* the **committed** entries (the prefix the row has emitted), each visible to every later token;
+* the **step's** entries (``local``: the slots appended since :meth:`begin`, in order), each visible only
+  where the caller says so: ``local [B, Q, S]`` over the S step slots written so far, and ``visible [B, Q,
+  Q]`` inside the new block (causal for pending tokens, "ancestors or self" for tree nodes; docs: tree
+  decoding).
 
-After a step only the accepted path's entries of the block are kept (:meth:`ModelCache.keep_block`): the
-block is compacted in place, so a step costs O(block) cache traffic, not O(context).
-No module here imports ``transformers``: the cache is the one the model returns, edited through its
-``layers[i].keys / values`` tensors ``[B, heads, C, head_dim]``.
+:meth:`forward` runs the model on a block and records it; :meth:`commit` keeps the accepted path's step
+entries (``index [B, W]`` slot offsets into the step region, ``count [B]`` of them valid), moved in order
+to the end of the committed region by an in-place gather, so a step costs O(block) cache traffic, not
+O(context).
+
+Two caches implement this: :class:`ModelCache`, the ``transformers`` dynamic cache of any causal LM (the
+eager reference path; the committed region of a row may hold dead slots), and
+:class:`mdsd.tree.static.StaticLM`, preallocated keys and values written at explicit slots (the fast
+path). No module here imports ``transformers``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
-__all__ = ["block_mask", "ModelCache"]
+__all__ = ["block_mask", "ModelCache", "cache_keywords", "returned_cache", "finite"]
 
 
 def block_mask(past: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -65,37 +74,114 @@ def _layers(cache: object) -> list:
     return [layer for layer in layers if layer.keys is not None and layer.keys.numel() > 0]
 
 
-class ModelCache:
-    """One model's key/value cache and the live-slot mask of each row.
+@functools.cache
+def _arguments(model_type: type) -> tuple[str, bool]:
+    """The name of the cache argument of the model's forward ("cache" from transformers 5.24, before that
+    "past_key_values"), and whether it can compute only the last logits (``logits_to_keep``)."""
+    names = inspect.signature(model_type.forward).parameters
+    return ("cache" if "cache" in names else "past_key_values"), "logits_to_keep" in names
 
-    ``cache`` is whatever the model returned last (None before the first forward); ``valid [B, C]`` marks the
-    slots each row may attend to. The cache's slot count always equals ``valid.shape[1]``.
+
+def cache_keywords(model: torch.nn.Module, cache: object) -> dict:
+    """The keyword that passes ``cache`` to ``model``'s forward, under the name its transformers version
+    takes (``cache`` from 5.24, ``past_key_values`` before; the old name is deprecated in 5.24)."""
+    return {_arguments(type(model))[0]: cache}
+
+
+def returned_cache(out) -> object:
+    """The key/value cache a transformers forward returned (``out.cache`` from 5.24, else
+    ``out.past_key_values``)."""
+    return out.get("cache") if "cache" in out else out.get("past_key_values")
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def finite(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits`` [B, Q, V] with non-finite entries replaced by zeros, and the flag [B] of rows that had
+    any (so a step can finish and the caller raise once it reads the flag)."""
+    ok = torch.isfinite(logits)
+    return torch.where(ok, logits, 0.0), ~ok.all(-1).all(-1)
+
+
+class ModelCache:
+    """A ``transformers`` causal LM with its dynamic key/value cache and each row's live-slot mask.
+
+    ``cache`` is what the model returned last (None before the first forward); ``valid [B, C]`` marks the
+    slots each row may attend to, and its width always equals the cache's slot count. The step's region
+    begins at slot ``start`` (:meth:`begin`).
     """
 
-    def __init__(self, rows: int, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device) -> None:
+        self.model = model
         self.cache: object = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)  # [B, C]
+        self.start = 0
 
     @property
     def length(self) -> int:
         return self.valid.shape[1]
 
+    @property
+    def local(self) -> int:
+        """Slots appended since :meth:`begin`."""
+        return self.length - self.start
+
     def live(self) -> torch.Tensor:
-        """Live entries per row [B] (the position of the next token)."""
-        return self.valid.sum(1)
+        """Committed live entries per row [B] (the position of the row's next token)."""
+        return self.valid[:, : self.start].sum(1)
 
-    def appended(self, cache: object, block_valid: torch.Tensor) -> None:
-        """Record a forward that appended a block [B, Q] (``block_valid``: which new slots are real)."""
-        self.cache = cache
-        self.valid = torch.cat([self.valid, block_valid], dim=1)
+    def begin(self) -> None:
+        """Start a step: every slot written so far counts as committed."""
+        self.start = self.length
 
-    def keep_block(self, start: int, index: torch.Tensor, count: torch.Tensor) -> None:
-        """Keep, after slot ``start``, only the slots ``start + index[b, :count[b]]`` of each row, in order.
+    def forward(
+        self,
+        ids: torch.Tensor,
+        visible: torch.Tensor,
+        positions: torch.Tensor,
+        keep: int,
+        block_valid: torch.Tensor,
+        local: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the model on a block ``ids`` [B, Q] at ``positions`` [B, Q]: the logits of its last ``keep``
+        tokens [B, keep, V] (non-finite ones zeroed) and the flag [B] of rows that had non-finite logits.
 
-        ``index`` [B, W] (W = the largest count, known to the caller) holds slot offsets into the block that
-        begins at ``start``; entries past a row's count are ignored (their slots become dead).
+        Each new token sees the committed slots, the step's slots given by ``local`` [B, Q, S] (None: none)
+        and the block's tokens given by ``visible`` [B, Q, Q]; ``block_valid`` [B, Q] says which new slots
+        hold real tokens (the others are dead from now on).
         """
-        width = index.shape[1]
+        B, Q = ids.shape
+        past = self.valid[:, None, : self.start].expand(B, Q, self.start)
+        if local is not None:
+            past = torch.cat([past, local], dim=2)
+        if past.shape[2] != self.length:
+            raise ValueError(
+                f"local covers {past.shape[2] - self.start} step slots; the step has {self.local}"
+            )
+        kwargs = {
+            "input_ids": ids,
+            "attention_mask": block_mask(past, visible, _dtype(self.model)),
+            "position_ids": positions,
+            "use_cache": True,
+            **cache_keywords(self.model, self.cache),
+        }
+        if _arguments(type(self.model))[1]:
+            kwargs["logits_to_keep"] = keep
+        out = self.model(**kwargs)
+        self.cache = returned_cache(out)
+        self.valid = torch.cat([self.valid, block_valid], dim=1)
+        return finite(out.logits[:, -keep:])
+
+    def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
+        """Keep of the step's slots only ``start + index[b, :count[b]]`` of each row, in order, and start
+        the next step after them.
+
+        ``index`` [B, W] (W: the largest count, or more) holds slot offsets into the step's region; entries
+        past a row's count are ignored (their slots become dead).
+        """
+        width, start = index.shape[1], self.start
         for layer in _layers(self.cache):
             for name in ("keys", "values"):
                 kv = getattr(layer, name)  # [B, H, C, D]
@@ -105,6 +191,7 @@ class ModelCache:
                 setattr(layer, name, kv[:, :, : start + width])
         kept = torch.arange(width, device=self.valid.device)[None, :] < count[:, None]
         self.valid = torch.cat([self.valid[:, :start], kept], dim=1)
+        self.start = self.length
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows ``rows`` (LongTensor [B']), in place."""

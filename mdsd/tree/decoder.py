@@ -25,85 +25,24 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from mdsd.sampling import UniformStream
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import Pending, draft_tree
+from mdsd.tree.compiled import FastPath, backend_of
+from mdsd.tree.draft import Pending
+from mdsd.tree.ledger import Ledger, TreeDecodeOutput
 from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
-from mdsd.tree.step import target_tree, verify_nodes, verify_paths, walk
+from mdsd.tree.step import Rule, Summary, decode_step
 from mdsd.tree.tree import Tree
 
 __all__ = ["TreeDecoder", "TreeDecodeOutput"]
 
 PHASES = ("draft", "target", "verify", "cache")
 PATH_RULES = ("block", "traversal")  # sequence-level verifiers (mdsd.sequence) the decoder runs
-
-
-@dataclass(frozen=True)
-class TreeDecodeOutput:
-    """What one decoded prompt produced.
-
-    Attributes
-    ----------
-    tokens : LongTensor [T]
-        The generated tokens only: ``max_new_tokens`` of them, or fewer if an EOS token came first
-        (the EOS token is included).
-    steps : int
-        Target forward passes (decoding steps).
-    tokens_per_step : list of int
-        Tokens each step emitted (accepted drafts + 1, or + 0 when a step ends on a drafted node the target
-        did not see; the last step only up to ``max_new_tokens`` or EOS), so ``sum(tokens_per_step)`` is
-        ``len(tokens)`` and batch efficiency is ``len(tokens) / steps``.
-    accepted_per_step : list of int
-        Drafted tokens each step's verification accepted (the last step may accept more than it emits).
-    retrieved_per_step : list of int
-        How many of them came from a source's retrieved chains (the rest from the draft model).
-    depth_per_step : list of int
-        Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
-    draft_forwards : int
-        Draft-model forward passes run while this prompt was decoded.
-    step_seconds : list of float
-        Wall time of each step (the whole batch's step), read between the steps' host synchronisations, so
-        measuring it costs nothing on an accelerator.
-    timings : dict of str to float
-        Seconds: ``total``, and per phase (``draft``, ``target``, ``verify``, ``cache``) when the decoder
-        profiles (always on the CPU; on an accelerator only with ``profile=True``, which synchronises the
-        device at each phase boundary). For a batch decode the times are those of the whole batch.
-    stopped_by_eos : bool
-        Whether generation ended on an EOS token.
-    """
-
-    tokens: torch.Tensor
-    steps: int
-    tokens_per_step: list[int]
-    accepted_per_step: list[int]
-    retrieved_per_step: list[int]
-    depth_per_step: list[int]
-    draft_forwards: int
-    step_seconds: list[float]
-    timings: dict[str, float]
-    stopped_by_eos: bool = False
-
-    @property
-    def mean_tokens_per_step(self) -> float:
-        """Tokens emitted per target forward, ``len(tokens) / steps``."""
-        return sum(self.tokens_per_step) / max(self.steps, 1)
-
-
-@dataclass
-class _Row:
-    tokens: list[int] = field(default_factory=list)
-    tokens_per_step: list[int] = field(default_factory=list)
-    accepted_per_step: list[int] = field(default_factory=list)
-    retrieved_per_step: list[int] = field(default_factory=list)
-    depth_per_step: list[int] = field(default_factory=list)
-    draft_forwards: int = 0
-    step_seconds: list[float] = field(default_factory=list)
-    eos: bool = False
 
 
 class TreeDecoder:
@@ -115,7 +54,8 @@ class TreeDecoder:
         Models sharing one vocabulary (checked: ``config.vocab_size`` and the output layer sizes).
         They must return a dynamic key/value cache and accept 4-D float attention masks
         (Llama, Qwen2, Mistral, ... with ``attn_implementation`` "eager" or "sdpa"). ``draft`` may be
-        None when a ``source`` drafts alone.
+        None when a ``source`` drafts alone; with neither, the decoder is plain autoregressive sampling
+        of the target (each step emits one token from p), the baseline every tree is compared with.
     tree : Tree, DynamicTree or None
         The token tree the draft model drafts at every step: a fixed :class:`~mdsd.tree.tree.Tree`, or a
         :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities (None: no model
@@ -143,7 +83,14 @@ class TreeDecoder:
         (width, depth) of the retrieved chains.
     profile : bool or None
         Time each phase. None: on the CPU only (on an accelerator that costs a device synchronisation per
-        phase).
+        phase). The fast path (``compile``) does not time phases.
+    compile : bool or str
+        False (default): the eager reference path (the models' own ``transformers`` caches). True: the fast
+        path of :mod:`mdsd.tree.compiled` — static caches, fixed shapes, each step captured in one CUDA
+        graph (on CUDA) or compiled by ``torch.compile(fullgraph=True)`` with inductor (elsewhere); or the
+        name of the step's backend: "cudagraph", "inductor", "aot_eager", "eager" or "none" (the static
+        step uncompiled). Llama / Qwen2-family models and verifiers with device kernels (``sync_free``)
+        only. Both paths keep the target's law; greedy decoding gives the same tokens.
 
     Examples
     --------
@@ -165,6 +112,7 @@ class TreeDecoder:
         profile: bool | None = None,
         source: object | None = None,
         retrieve: tuple[int, int] = (1, 4),
+        compile: bool | str = False,
     ) -> None:
         if (
             tree is None
@@ -173,8 +121,6 @@ class TreeDecoder:
             and not isinstance(tree, (Tree, DynamicTree))
         ):
             raise TypeError(f"tree must be an mdsd.Tree or mdsd.DynamicTree, got {type(tree).__name__}")
-        if draft is None and source is None:
-            raise ValueError("give a draft model, a source (mdsd.drafters), or both")
         if source is not None and not (
             callable(getattr(source, "propose", None)) and hasattr(source, "observe")
         ):
@@ -216,6 +162,10 @@ class TreeDecoder:
             )
         self.eos_token_ids = _eos_ids(target, eos_token_id)
         self.profile = profile
+        self.compile = backend_of(compile, _device(target))
+        self._fast_path = None
+        if self.compile is not None:
+            self._fast_path = FastPath(self, self.compile)  # refuses what the fast path cannot run
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -245,12 +195,15 @@ class TreeDecoder:
         rows_in = self._check_inputs(prompts, max_new_tokens)
         dev = _device(self.target)
         generator = self._check_generator(generator, dev)
+        if self._fast_path is not None:
+            return self._fast_path.generate(rows_in, max_new_tokens, generator)
         B = len(rows_in)
-        rows = [_Row() for _ in range(B)]
         profile = self.profile if self.profile is not None else dev.type == "cpu"
         timings = dict.fromkeys(("total", *PHASES) if profile else ("total",), 0.0)
         start = time.perf_counter()
-        t_cache, d_cache = ModelCache(B, dev), ModelCache(B, dev)
+        ledger = Ledger(B, max_new_tokens, self.eos_token_ids)
+        t_cache = ModelCache(self.target, B, dev)
+        d_cache = ModelCache(self.draft, B, dev) if self.draft is not None else None
         t_pending = d_pending = Pending.from_rows(rows_in, dev)
         active = np.arange(B)  # original row of each batch row
         policy, full = self.depth_policy, self._depth_of(self.tree)
@@ -267,54 +220,33 @@ class TreeDecoder:
                     limit = torch.as_tensor(depths, device=dev)
             retrieved = None
             if self.source is not None:
-                contexts = [rows_in[r] + rows[r].tokens for r in active]
+                contexts = [rows_in[r] + ledger.emitted(r) for r in active]
                 retrieved = self._retrieve([sources[r] for r in active], contexts, dev)
-            d_start = d_cache.length
-            drafted, bad = draft_tree(
-                self.draft,
-                d_cache,
-                d_pending,
-                plan,
-                self.verifiers,
-                self.temperature,
-                generator,
-                limit,
-                retrieved,
+            stream = UniformStream(generator=generator)  # the step's one source of random numbers
+            out, bad, forwards = decode_step(
+                t_cache, d_cache, t_pending, d_pending, plan, self.rule, stream, limit, retrieved, clock.lap
             )
-            clock.lap("draft")
-            t_start = t_cache.length
-            logits, bad_target = target_tree(self.target, t_cache, t_pending, drafted)
-            bad = bad.long() | 2 * bad_target.long()
-            clock.lap("target")
-            if self.paths is not None and self.temperature > 0:
-                next_node, stop = verify_paths(
-                    drafted, logits, self.paths, self.tree, self.temperature, generator
-                )
-            else:
-                next_node, stop = verify_nodes(drafted, logits, self.verifiers, self.temperature, generator)
-            out = walk(drafted, next_node, stop, t_pending, d_pending)
-            summary = out.host(bad)  # the step's one synchronisation
+            summary = Summary.read(out.packed(bad))  # the step's one synchronisation
             clock.lap("verify")
             row_depths = depths if depths is not None else np.full(active.size, plan.max_depth)
-            done = self._record(summary, rows, active, row_depths, drafted.forwards, max_new_tokens)
             elapsed = time.perf_counter() - step_start  # up to the step's synchronisation
-            for r in active:
-                rows[r].step_seconds.append(elapsed)
+            done = ledger.record(active, summary, row_depths, forwards, elapsed)
             if depths is not None:
-                depths = policy.update(depths, np.array([s[1] for s in summary]), full)
+                depths = policy.update(depths, summary.accepted, full)
             if self.source is not None:
                 for r in active:
-                    sources[r].observe(rows_in[r] + rows[r].tokens)
-            t_cache.keep_block(t_start, out.target_keep[:, : max(s[2] for s in summary)], out.target_kept)
-            if self.draft is not None:
-                d_cache.keep_block(d_start, out.draft_keep[:, : max(s[3] for s in summary)], out.draft_kept)
-            width = max(s[4] for s in summary)  # the draft's pending block, trimmed to its widest row
+                    sources[r].observe(rows_in[r] + ledger.emitted(r))
+            t_cache.commit(out.target_keep[:, : summary.target_kept.max()], out.target_kept)
+            if d_cache is not None:
+                d_cache.commit(out.draft_keep[:, : summary.draft_kept.max()], out.draft_kept)
+            width = int(summary.draft_pending.max())  # the draft's pending block, trimmed to its widest row
             t_pending = out.target_next
             d_pending = Pending(out.draft_next.ids[:, -width:], out.draft_next.real[:, -width:])
             if done.any():
                 keep = torch.as_tensor(np.flatnonzero(~done), device=dev)
                 for cache in (t_cache, d_cache):
-                    cache.select_rows(keep)
+                    if cache is not None:
+                        cache.select_rows(keep)
                 t_pending = Pending(t_pending.ids[keep], t_pending.real[keep])
                 d_pending = Pending(d_pending.ids[keep], d_pending.real[keep])
                 active = active[~done]
@@ -323,21 +255,12 @@ class TreeDecoder:
                     policy.keep(np.flatnonzero(~done))
             clock.lap("cache")
         timings["total"] = time.perf_counter() - start
-        return [
-            TreeDecodeOutput(
-                tokens=torch.tensor(row.tokens, dtype=torch.long, device="cpu"),
-                steps=len(row.tokens_per_step),
-                tokens_per_step=row.tokens_per_step,
-                accepted_per_step=row.accepted_per_step,
-                retrieved_per_step=row.retrieved_per_step,
-                depth_per_step=row.depth_per_step,
-                draft_forwards=row.draft_forwards,
-                step_seconds=row.step_seconds,
-                timings=dict(timings),
-                stopped_by_eos=row.eos,
-            )
-            for row in rows
-        ]
+        return ledger.outputs(timings)
+
+    @property
+    def rule(self) -> Rule:
+        """How a step verifies (the current ``verifiers``, temperature and sequence-level rule)."""
+        return Rule(self.verifiers, self.temperature, self.paths, self.tree)
 
     @staticmethod
     def _depth_of(tree: Tree | DynamicTree | None) -> int:
@@ -348,7 +271,7 @@ class TreeDecoder:
         if depth not in self._plans:
             tree = self.tree
             if tree is None:
-                plan = None
+                plan = None if self.source is not None else Plan.root()
             elif isinstance(tree, Tree):
                 plan = static_plan(tree.truncate(depth))
             else:
@@ -370,30 +293,6 @@ class TreeDecoder:
         if device.type == "cuda":  # an asynchronous copy: the device does not wait for the host
             return host.pin_memory().to(device, non_blocking=True)
         return host.to(device)
-
-    # ---- host bookkeeping --------------------------------------------------------------------
-
-    def _record(self, summary, rows, active, depths, forwards, max_new_tokens) -> np.ndarray:
-        """Append each row's emitted tokens (cut at EOS or the budget); return which rows are done [B]."""
-        done = np.zeros(len(summary), dtype=bool)
-        for b, (count, accepted, _, _, _, retrieved, bad, *emitted) in enumerate(summary):
-            if bad:
-                who = "draft" if bad & 1 else "target"
-                raise ValueError(f"the {who} model returned NaN or infinite logits")
-            row = rows[active[b]]
-            before = len(row.tokens)
-            for tok in emitted[:count]:
-                row.tokens.append(tok)
-                row.eos = tok in self.eos_token_ids
-                if row.eos or len(row.tokens) == max_new_tokens:
-                    done[b] = True
-                    break
-            row.tokens_per_step.append(len(row.tokens) - before)
-            row.accepted_per_step.append(accepted)
-            row.retrieved_per_step.append(retrieved)
-            row.depth_per_step.append(int(depths[b]))
-            row.draft_forwards += forwards
-        return done
 
     # ---- input checks --------------------------------------------------------------------------
 

@@ -9,16 +9,13 @@ the model's device; nothing here waits for the device.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 
 import torch
 
-from mdsd.tree.cache import ModelCache, block_mask
 from mdsd.tree.plan import Group, Plan
 
-__all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "model_forward", "causal"]
+__all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "causal"]
 
 
 @dataclass
@@ -71,107 +68,61 @@ def causal(real: torch.Tensor) -> torch.Tensor:
     return (tri & real[:, None, :] & real[:, :, None]) | eye
 
 
-def model_forward(model, cache: ModelCache, ids, visible, past, positions, keep: int, block_valid):
-    """Run ``model`` on a block of new tokens: the logits of its last ``keep`` tokens [B, keep, V] and a flag
-    [B] of rows whose logits were not all finite (those logits are replaced by zeros, so the step can finish
-    and the caller raise once it reads the flag).
-
-    ``past`` [B, C] or [B, Q, C]: cache slots each new token may see; ``visible`` [B, Q, Q] inside the block;
-    ``block_valid`` [B, Q] which new slots hold real tokens (recorded in ``cache``).
-    """
-    kwargs = {
-        "input_ids": ids,
-        "attention_mask": block_mask(past, visible, _dtype(model)),
-        "position_ids": positions,
-        "past_key_values": cache.cache,
-        "use_cache": True,
-    }
-    if _takes_logits_to_keep(type(model)):
-        kwargs["logits_to_keep"] = keep
-    out = model(**kwargs)
-    cache.appended(out.past_key_values, block_valid)
-    logits = out.logits[:, -keep:]
-    finite = torch.isfinite(logits)
-    return torch.where(finite, logits, 0.0), ~finite.all(-1).all(-1)
-
-
-@functools.cache
-def _takes_logits_to_keep(model_type: type) -> bool:
-    """Whether the model can compute only the last logits (most transformers causal LMs can)."""
-    return "logits_to_keep" in inspect.signature(model_type.forward).parameters
-
-
-def _dtype(model: torch.nn.Module) -> torch.dtype:
-    return next(p.dtype for p in model.parameters() if p.is_floating_point())
-
-
 def draft_tree(
-    model,
-    cache: ModelCache | None,
+    cache,
     pending: Pending,
     plan: Plan,
     verifiers: dict,
     temperature: float,
-    generator: torch.Generator | None,
+    generator,
     depth_limit: torch.Tensor | None = None,
     retrieved: torch.Tensor | None = None,
 ) -> tuple[Drafted, torch.Tensor]:
     """Draft one step's tree. Returns the tree and a device flag [B] of non-finite draft logits.
 
-    ``verifiers[k]`` draws the k children of a node (``draft(q, generator)``); ``depth_limit`` [B] (optional)
-    switches off expansions at depths >= the row's limit (adaptive draft lengths); ``retrieved`` [B, width,
-    depth] holds the tokens of the plan's retrieved chains (-1: none). ``model`` may be None when the plan
-    draws no children (retrieved chains only); then nothing is forwarded.
+    ``cache`` is the draft model's cache (:mod:`mdsd.tree.cache`; None when the plan draws no children:
+    retrieved chains only, nothing is forwarded). ``verifiers[k]`` draws the k children of a node
+    (``draft_unchecked(q, generator)``; ``generator`` a torch.Generator or the step's
+    :class:`mdsd.sampling.UniformStream`); ``depth_limit`` [B] (optional) switches off expansions at
+    depths >= the row's limit (adaptive draft lengths); ``retrieved`` [B, width, depth] holds the tokens of
+    the plan's retrieved chains (-1: none).
     """
     B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
-    tokens = torch.zeros(B, N, dtype=torch.long, device=dev)
-    tokens[:, 0] = pending.ids[:, -1]  # the root: the last pending token
-    valid = torch.ones(B, N, dtype=torch.bool, device=dev)
-    if plan.retrieval is not None:
-        chains = plan.constant(plan.retrieval, dev).reshape(-1)
-        tokens[:, chains] = retrieved.reshape(B, -1).clamp(min=0)
-        valid[:, chains] = retrieved.reshape(B, -1) >= 0
-    parent = plan.constant(plan.parent, dev).expand(B, -1).clone()
-    ancestors = torch.eye(N, dtype=torch.bool, device=dev).repeat(B, 1, 1)
-    score = torch.zeros(B, N, device=dev)
-    tree = (plan, tokens, valid, parent, ancestors, score)
+    tree = _Growing.start(plan, pending, retrieved)
     bad = torch.zeros(B, dtype=torch.bool, device=dev)
     draft_nodes = torch.zeros(B, 0, dtype=torch.long, device=dev)
     expansions: list[Expansion] = []
     forwards = 0
-    if model is not None:  # level 0: the pending tokens (causal, left-padded), the root last
+    if cache is not None:  # level 0: the pending tokens (causal, left-padded), the root last
+        cache.begin()
         live = cache.live()
-        base = torch.cat([cache.valid, pending.real], dim=1)  # slots every node of this step may see
         positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
         root_pos = live + pending.real.sum(1) - 1
-        logits, bad = model_forward(
-            model, cache, pending.ids, causal(pending.real), cache.valid, positions, 1, pending.real
-        )
+        logits, bad = cache.forward(pending.ids, causal(pending.real), positions, 1, pending.real)
         forwards = 1
     for d in range(plan.max_depth):
         groups = plan.groups_at(d)
-        chosen = [_expanded_nodes(g, score, plan) for g in groups]  # [B, M_g] each
+        chosen = [_expanded_nodes(g, tree.score, plan) for g in groups]  # [B, M_g] each
         drawn = [i for i, g in enumerate(groups) if g.k > 0]  # these need the draft's q at their nodes
         group_logits = dict.fromkeys(range(len(groups)))
         if d == 0 and drawn:
             group_logits[drawn[0]] = logits  # the root's, from the pending block
         elif drawn:
             nodes = torch.cat([chosen[i] for i in drawn], dim=1)  # [B, M]
-            anc = ancestors.gather(1, nodes[..., None].expand(-1, -1, N))  # [B, M, N]
-            past = torch.cat(
-                [base[:, None, :].expand(-1, nodes.shape[1], -1), anc.gather(2, _rows(draft_nodes, nodes))],
-                dim=2,
+            M = nodes.shape[1]
+            anc = tree.ancestors.gather(1, nodes[..., None].expand(-1, -1, N))  # [B, M, N]
+            # step slots: the pending block (every node sees its real tokens), then the drafted ancestors
+            local = torch.cat(
+                [pending.real[:, None, :].expand(-1, M, -1), anc.gather(2, _rows(draft_nodes, nodes))], dim=2
             )
-            eye = torch.eye(nodes.shape[1], dtype=torch.bool, device=dev).expand(B, -1, -1)
-            logits, worse = model_forward(
-                model,
-                cache,
-                tokens.gather(1, nodes),
+            eye = torch.eye(M, dtype=torch.bool, device=dev).expand(B, -1, -1)
+            logits, worse = cache.forward(
+                tree.tokens.gather(1, nodes),
                 eye,
-                past,
                 root_pos[:, None] + d,
-                nodes.shape[1],
+                M,
                 torch.ones_like(nodes, dtype=torch.bool),
+                local,
             )
             bad |= worse
             draft_nodes = torch.cat([draft_nodes, nodes], dim=1)
@@ -182,9 +133,38 @@ def draft_tree(
             expansions.append(
                 _expand(g, chosen[i], group_logits[i], tree, verifiers, temperature, generator, depth_limit)
             )
-    forward = _forward_nodes(plan, score)
-    drafted = Drafted(plan, tokens, parent, ancestors, score, expansions, forward, draft_nodes, forwards)
+    forward = _forward_nodes(plan, tree.score)
+    drafted = Drafted(
+        plan, tree.tokens, tree.parent, tree.ancestors, tree.score, expansions, forward, draft_nodes, forwards
+    )
     return drafted, bad
+
+
+@dataclass
+class _Growing:
+    """The tree while it is drafted, filled in level by level (B rows, N nodes)."""
+
+    plan: Plan
+    tokens: torch.Tensor  # [B, N] node tokens (root: the last pending token)
+    valid: torch.Tensor  # [B, N] the node exists (a retrieved chain may be shorter than its depth)
+    parent: torch.Tensor  # [B, N]
+    ancestors: torch.Tensor  # [B, N, N]
+    score: torch.Tensor  # [B, N] log path probability under the draft
+
+    @classmethod
+    def start(cls, plan: Plan, pending: Pending, retrieved: torch.Tensor | None) -> _Growing:
+        B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
+        tokens = torch.zeros(B, N, dtype=torch.long, device=dev)
+        tokens[:, 0] = pending.ids[:, -1]  # the root: the last pending token
+        valid = torch.ones(B, N, dtype=torch.bool, device=dev)
+        if plan.retrieval is not None:
+            chains = plan.constant(plan.retrieval, dev).reshape(-1)
+            tokens[:, chains] = retrieved.reshape(B, -1).clamp(min=0)
+            valid[:, chains] = retrieved.reshape(B, -1) >= 0
+        parent = plan.constant(plan.parent, dev).expand(B, -1).clone()
+        ancestors = torch.eye(N, dtype=torch.bool, device=dev).repeat(B, 1, 1)
+        score = torch.zeros(B, N, device=dev)
+        return cls(plan, tokens, valid, parent, ancestors, score)
 
 
 def _rows(draft_nodes: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
@@ -205,7 +185,14 @@ def _expanded_nodes(g: Group, score: torch.Tensor, plan: Plan) -> torch.Tensor:
 def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) -> Expansion:
     """Give every node of group ``g`` its children: the deterministic ones (already in ``tokens``) and ``k``
     drawn with the verifier's law from q without them; record parents, ancestors and path scores."""
-    plan, tokens, valid, parent, ancestors, score = tree
+    plan, tokens, valid, parent, ancestors, score = (
+        tree.plan,
+        tree.tokens,
+        tree.valid,
+        tree.parent,
+        tree.ancestors,
+        tree.score,
+    )
     B, M = nodes.shape
     children = plan.constant(g.children, nodes.device).expand(B, -1, -1)  # [B, M, fixed + k]
     fixed = children[..., : g.fixed]

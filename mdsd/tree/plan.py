@@ -57,7 +57,15 @@ class Plan:
     parent: np.ndarray | None = None  # [N] fixed parents where known before drafting; -1 elsewhere
     forward: int | None = None  # model nodes sent to the target, root included; None: all
     retrieval: np.ndarray | None = None  # [width, depth] nodes of the retrieved chains (after the model's)
+    num_nodes: int = field(init=False)
+    max_depth: int = field(init=False)
+    model_nodes: int = field(init=False)  # drafted by the model, root included (retrieved chains follow)
     _constants: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    @classmethod
+    def root(cls) -> Plan:
+        """The plan with no drafted node: a step emits one token from p (autoregressive decoding)."""
+        return cls(depth=np.zeros(1, dtype=np.int64), groups=(), parent=np.full(1, -1, dtype=np.int64))
 
     def constant(self, array: np.ndarray, device: torch.device) -> torch.Tensor:
         """``array`` (one of this plan's arrays) as a tensor on ``device``, copied there once per plan."""
@@ -66,18 +74,11 @@ class Plan:
             self._constants[key] = torch.as_tensor(array, device=device)
         return self._constants[key]
 
-    @property
-    def num_nodes(self) -> int:
-        return int(self.depth.size)
-
-    @property
-    def max_depth(self) -> int:
-        return int(self.depth.max())
-
-    @property
-    def model_nodes(self) -> int:
-        """Nodes drafted by the model, root included (the retrieved chains come after them)."""
-        return self.num_nodes - (0 if self.retrieval is None else self.retrieval.size)
+    def __post_init__(self) -> None:  # sizes as Python ints: a traced step reads them without numpy
+        retrieved = 0 if self.retrieval is None else int(self.retrieval.size)
+        object.__setattr__(self, "num_nodes", int(self.depth.size))
+        object.__setattr__(self, "max_depth", int(self.depth.max()))
+        object.__setattr__(self, "model_nodes", self.num_nodes - retrieved)
 
     @property
     def num_forward(self) -> int:
@@ -121,7 +122,7 @@ def with_retrieval(plan: Plan | None, width: int, depth: int) -> Plan:
     """
     check_k(width, "width", minimum=1)
     check_k(depth, "depth", minimum=1)
-    base = plan or Plan(depth=np.zeros(1, dtype=np.int64), groups=(), parent=np.full(1, -1, dtype=np.int64))
+    base = plan or Plan.root()
     n = base.num_nodes
     chains = n + np.arange(width * depth, dtype=np.int64).reshape(width, depth)
     parent = np.concatenate(

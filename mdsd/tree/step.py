@@ -13,26 +13,75 @@
   the accepted path, the final token (residual or bonus; none when the walk ends on a node the target did not
   see), the tokens emitted, and what each model has to keep and to read next.
 
-The host reads one packed tensor per step (:meth:`Outcome.host`), the only synchronisation the loop needs.
+The host reads one packed tensor per step (:meth:`Outcome.packed`, read as a :class:`Summary`), the only
+synchronisation the loop needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import Drafted, Pending, causal, model_forward
+from mdsd.sampling import inverse_cdf, uniform
+from mdsd.tree.draft import Drafted, Pending, causal, draft_tree
 
-__all__ = ["target_tree", "verify_nodes", "verify_paths", "walk", "Outcome"]
+__all__ = ["Rule", "decode_step", "target_tree", "verify_nodes", "verify_paths", "walk", "Outcome", "Summary"]
 
 
-def target_tree(
-    model, cache: ModelCache, pending: Pending, drafted: Drafted
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits [B, F, V] at the forwarded nodes (root first) from one target forward, and the non-finite flag
-    [B] of :func:`~mdsd.tree.draft.model_forward`."""
+@dataclass(frozen=True)
+class Rule:
+    """How a step verifies its tree: ``verifiers`` {k: the node verifier of a node with k children}, or
+    the sequence-level rule ``paths`` ("block", "traversal") over the static ``tree``; at ``temperature``
+    0 greedily (a child is accepted iff it is the target's argmax)."""
+
+    verifiers: dict
+    temperature: float
+    paths: str | None = None
+    tree: object = None
+
+
+def decode_step(
+    target,
+    draft,
+    target_pending: Pending,
+    draft_pending: Pending,
+    plan,
+    rule: Rule,
+    generator,
+    depth_limit: torch.Tensor | None = None,
+    retrieved: torch.Tensor | None = None,
+    lap=None,
+) -> tuple[Outcome, torch.Tensor, int]:
+    """One decoding step, the ladder draft → target forward → verify → walk, for every row at once.
+
+    ``target`` and ``draft`` are the models' caches (:mod:`mdsd.tree.cache`; ``draft`` None when a source
+    drafts alone); ``generator`` a torch.Generator or the step's :class:`mdsd.sampling.UniformStream`, the
+    one source of the step's random numbers; ``lap(phase)``, if given, is called after "draft" and
+    "target". Returns the :class:`Outcome`, the non-finite flag [B] (1 draft, 2 target) and the number of
+    draft forwards run. Nothing here waits for the device.
+    """
+    drafted, bad = draft_tree(
+        draft, draft_pending, plan, rule.verifiers, rule.temperature, generator, depth_limit, retrieved
+    )
+    if lap is not None:
+        lap("draft")
+    logits, bad_target = target_tree(target, target_pending, drafted)
+    if lap is not None:
+        lap("target")
+    if rule.paths is not None and rule.temperature > 0:
+        next_node, stop = verify_paths(drafted, logits, rule.paths, rule.tree, rule.temperature, generator)
+    else:
+        next_node, stop = verify_nodes(drafted, logits, rule.verifiers, rule.temperature, generator)
+    out = walk(drafted, next_node, stop, target_pending, draft_pending)
+    return out, bad.long() | 2 * bad_target.long(), drafted.forwards
+
+
+def target_tree(cache, pending: Pending, drafted: Drafted) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits [B, F, V] at the forwarded nodes (root first) from one target forward over the target's
+    ``cache`` (:mod:`mdsd.tree.cache`), and the flag [B] of rows with non-finite logits."""
     B, P = pending.ids.shape
     nodes = drafted.forward[:, 1:]  # [B, F - 1]
     F1 = nodes.shape[1]
@@ -41,6 +90,7 @@ def target_tree(
     visible[:, :P, :P] = causal(pending.real)
     visible[:, P:, :P] = pending.real[:, None, :]  # every node sees the real pending tokens (the root last)
     visible[:, P:, P:] = anc.gather(2, nodes[:, None, :].expand(-1, F1, -1))
+    cache.begin()
     live = cache.live()
     root_pos = live + pending.real.sum(1) - 1
     depth = drafted.plan.constant(drafted.plan.depth, nodes.device)[nodes]  # [B, F - 1]
@@ -49,7 +99,7 @@ def target_tree(
     )
     ids = torch.cat([pending.ids, drafted.tokens.gather(1, nodes)], dim=1)
     block_valid = torch.cat([pending.real, torch.ones_like(nodes, dtype=torch.bool)], dim=1)
-    return model_forward(model, cache, ids, visible, cache.valid, positions, F1 + 1, block_valid)
+    return cache.forward(ids, visible, positions, F1 + 1, block_valid)
 
 
 def verify_nodes(
@@ -68,7 +118,7 @@ def verify_nodes(
         p = None
     else:
         p = torch.softmax(logits.float() / temperature, dim=-1)  # [B, F, V]
-        best = torch.multinomial(p.reshape(B * F, V), 1, generator=generator).reshape(B, F)  # bonus tokens
+        best = inverse_cdf(p, uniform((B, F, 1), generator, p.device))[..., 0]  # bonus tokens
     stop.scatter_(1, forward, best)
     for e in drafted.expansions:
         at = fpos.gather(1, e.node)  # [B, M]
@@ -99,7 +149,6 @@ def verify_paths(
     ``tokens[path]`` then the next token, as the rule's step law says (MATH.md §7).
     """
     from mdsd.sequence.block import _verify as block_kernel
-    from mdsd.sequence.traversal import _internal_rows
     from mdsd.sequence.traversal import _verify as traversal_kernel
     from mdsd.verifiers.ops import draw_uniforms
 
@@ -108,8 +157,9 @@ def verify_paths(
     fpos = torch.empty(B, N, dtype=torch.long, device=dev)
     fpos.scatter_(1, drafted.forward, torch.arange(N, device=dev).expand(B, -1))
     p = torch.softmax(logits.float() / temperature, dim=-1).gather(1, fpos[..., None].expand(-1, -1, V))
-    row = torch.as_tensor(_internal_rows(tree), device=dev)  # node -> its row of q (internal nodes)
-    q = p.new_zeros(B, int((tree.branching > 0).sum()), V)
+    internal = drafted.plan.constant(tree.branching, dev) > 0
+    row = internal.long().cumsum(0) - 1  # node -> its row of q (internal nodes in order; leaves unused)
+    q = p.new_zeros(B, sum(1 for kids in tree.children if kids), V)
     for e in drafted.expansions:
         q.scatter_(1, row[e.node][..., None].expand(-1, -1, V), e.q)
     if rule == "block":
@@ -156,7 +206,7 @@ def _verify_mixed(
     taken = torch.zeros_like(p, dtype=torch.int32).scatter_add_(-1, D, have.to(torch.int32)) > 0
     tilde = p.masked_fill(taken, 0.0).scatter_add_(-1, phantom, mass.sum(-1, keepdim=True))
     tok, idx = verifier.verify_unchecked(tilde, e.q, drafts[..., f:], generator)
-    u = torch.rand(mass.shape[:-1], generator=generator, dtype=mass.dtype, device=mass.device)
+    u = uniform(tuple(mass.shape[:-1]), generator, mass.device).to(mass.dtype)
     cdf = mass.cumsum(-1)
     pick = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp(max=f - 1)  # [B, M, 1]
     from_d = have[..., 0] & (tok == phantom[..., 0])
@@ -167,27 +217,49 @@ def _verify_mixed(
 
 @dataclass
 class Outcome:
-    """What one step decided, on the device; :meth:`host` brings the per-row summary over in one transfer."""
+    """What one step decided, on the device (B rows, D the plan's depth)."""
 
-    path: torch.Tensor  # [B, D] accepted nodes below the root (-1 after the end)
     emitted: torch.Tensor  # [B, D + 1] tokens emitted this step (-1 after the end)
     count: torch.Tensor  # [B] tokens emitted
     accepted: torch.Tensor  # [B] drafted nodes accepted
     retrieved: torch.Tensor  # [B] of them from retrieved chains (a source's proposals)
-    target_keep: torch.Tensor  # [B, W_t] block slots the target cache keeps (compacted to the front)
+    target_keep: torch.Tensor  # [B, W_t] step slots the target cache keeps (compacted to the front)
     target_kept: torch.Tensor  # [B]
     draft_keep: torch.Tensor  # [B, W_d]
     draft_kept: torch.Tensor  # [B]
     target_next: Pending  # [B, 1] the token the target reads next
     draft_next: Pending  # [B, D + 1] (left-padded) the tokens the draft reads next
 
-    def host(self, bad: torch.Tensor) -> list[list[int]]:
-        """Per row: [count, accepted, target_kept, draft_kept, draft_next, retrieved, bad, *emitted] as Python
-        ints, in one transfer (the step's only synchronisation)."""
-        pending = self.draft_next.real.sum(1)
-        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, pending, self.retrieved]
-        columns.append(bad.long())
-        return torch.cat([torch.stack(columns, 1), self.emitted], dim=1).tolist()
+    def packed(self, bad: torch.Tensor) -> torch.Tensor:
+        """The per-row summary [B, 7 + D + 1] (int64) the host reads after the step: see :class:`Summary`;
+        ``bad`` [B] is 1 where the draft's logits were not finite, 2 the target's, 3 both."""
+        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, self.draft_next.real.sum(1)]
+        columns += [self.retrieved, bad.long()]
+        return torch.cat([torch.stack(columns, 1), self.emitted], dim=1)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A step's outcome on the host, per row (numpy int64 arrays [B]; ``emitted`` [B, D + 1])."""
+
+    count: np.ndarray  # tokens emitted (before any cut at EOS or the budget)
+    accepted: np.ndarray  # drafted nodes accepted
+    target_kept: np.ndarray  # step slots the target keeps
+    draft_kept: np.ndarray
+    draft_pending: np.ndarray  # real tokens the draft reads next
+    retrieved: np.ndarray  # accepted nodes from retrieved chains
+    bad: np.ndarray  # 1: the draft's logits were not finite, 2: the target's, 3: both
+    emitted: np.ndarray  # the tokens, -1 after the end
+
+    @classmethod
+    def read(cls, packed: torch.Tensor) -> Summary:
+        """One transfer of :meth:`Outcome.packed` (the step's synchronisation)."""
+        host = packed.cpu().numpy()
+        return cls(*(host[:, i] for i in range(7)), host[:, 7:])
+
+    def rows(self, index: np.ndarray) -> Summary:
+        """The summary of the rows ``index`` only."""
+        return Summary(*(getattr(self, f.name)[index] for f in dataclasses.fields(self)))
 
 
 def walk(
@@ -247,7 +319,6 @@ def walk(
     order = torch.sort(real.to(torch.uint8), dim=1, stable=True).indices  # padding first, order kept
     draft_next = Pending(ids.gather(1, order), real.gather(1, order))
     return Outcome(
-        path,
         emitted,
         accepted + has_final.long(),
         accepted,

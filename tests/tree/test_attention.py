@@ -12,7 +12,7 @@ import pytest
 import torch
 from tiny_lms import perturbed, tiny_lm
 
-import mdsd.tree.decoder as decoder_module
+import mdsd.tree.step as step_module
 from mdsd import DynamicTree, Tree, TreeDecoder
 
 TREES = [
@@ -29,14 +29,14 @@ TEMPERATURE = 0.9
 def _record(monkeypatch):
     """Record (drafted tree, target logits) of every step."""
     calls = []
-    target_tree = decoder_module.target_tree
+    target_tree = step_module.target_tree
 
-    def record(model, cache, pending, drafted):
-        logits, bad = target_tree(model, cache, pending, drafted)
+    def record(cache, pending, drafted):
+        logits, bad = target_tree(cache, pending, drafted)
         calls.append((drafted, logits.clone()))
         return logits, bad
 
-    monkeypatch.setattr(decoder_module, "target_tree", record)
+    monkeypatch.setattr(step_module, "target_tree", record)
     return calls
 
 
@@ -48,16 +48,18 @@ def _path(drafted, b, u):
     return path[::-1]
 
 
-def _prefixes(outs, steps):
-    """Sequence (prompt + emitted tokens) before each step, per active row: prefixes[step] (rows in order)."""
-    return [
-        [
-            prompt + out.tokens[: sum(out.tokens_per_step[:s])].tolist()
-            for prompt, out in zip(PROMPTS, outs, strict=True)
-            if s < out.steps
+def _prefixes(outs, steps, fast):
+    """Per step, (batch row, prompt + emitted tokens before the step) of each active row: the eager path
+    drops finished rows from the batch, the fast path keeps every row in place."""
+    out = []
+    for s in range(steps):
+        active = [
+            (i, prompt + o.tokens[: sum(o.tokens_per_step[:s])].tolist())
+            for i, (prompt, o) in enumerate(zip(PROMPTS, outs, strict=True))
+            if s < o.steps
         ]
-        for s in range(steps)
-    ]
+        out.append(active if fast else [(b, seq) for b, (_, seq) in enumerate(active)])
+    return out
 
 
 @torch.no_grad()
@@ -66,11 +68,20 @@ def _plain(model, seq):
 
 
 @pytest.mark.parametrize("tree", TREES, ids=str)
-@pytest.mark.parametrize("family, attn", [("qwen2", "sdpa"), ("llama", "eager")])
-def test_tree_distributions_equal_path_forwards(monkeypatch, tree, family, attn):
-    target = tiny_lm(3, vocab=16, family=family, attn=attn)
+@pytest.mark.parametrize(
+    "family, attn, path",
+    [
+        ("qwen2", "sdpa", False),
+        ("llama", "eager", False),
+        ("qwen2", "sdpa", "none"),  # the fast path: static caches (mdsd.tree.static), same checks
+        ("llama", "eager", "none"),
+        ("qwen3", "sdpa", "none"),  # per-head query and key norms
+    ],
+)
+def test_tree_distributions_equal_path_forwards(monkeypatch, tree, family, attn, path):
+    target = tiny_lm(3, vocab=16, family=family, attn=attn, random_norms=True)
     draft = perturbed(target, 0.2, seed=4)  # close: long accepted paths, so caches are pruned and reused
-    dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=TEMPERATURE)
+    dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=TEMPERATURE, compile=path)
     calls = _record(monkeypatch)
     outs = dec.generate_batch(PROMPTS, 12, torch.Generator().manual_seed(0))
     steps = max(o.steps for o in outs)
@@ -78,8 +89,8 @@ def test_tree_distributions_equal_path_forwards(monkeypatch, tree, family, attn)
     depth = dec.plan.max_depth
     assert any(depth in o.accepted_per_step for o in outs)  # whole paths accepted: leaves enter the caches
     worst_target = worst_draft = 0.0
-    for (drafted, logits), prefix in zip(calls, _prefixes(outs, steps), strict=True):
-        for b, seq in enumerate(prefix):
+    for (drafted, logits), prefix in zip(calls, _prefixes(outs, steps, bool(path)), strict=True):
+        for b, seq in prefix:
             assert seq[-1] == int(drafted.tokens[b, 0])  # the root is the last token so far
             for f, u in enumerate(drafted.forward[b].tolist()):
                 plain = _plain(target, seq + _path(drafted, b, u))
@@ -96,15 +107,15 @@ def test_a_wrong_mask_is_caught(monkeypatch):
     target = tiny_lm(3, vocab=16)
     dec = TreeDecoder(target, target, Tree.kary([2, 2]), verifier="rrs", temperature=1.0)
     calls = []
-    target_tree = decoder_module.target_tree
+    target_tree = step_module.target_tree
 
-    def leaky(model, cache, pending, drafted):
+    def leaky(cache, pending, drafted):
         leaked = dataclasses.replace(drafted, ancestors=torch.ones_like(drafted.ancestors).tril())
-        logits, bad = target_tree(model, cache, pending, leaked)
+        logits, bad = target_tree(cache, pending, leaked)
         calls.append((drafted, logits.clone()))
         return logits, bad
 
-    monkeypatch.setattr(decoder_module, "target_tree", leaky)
+    monkeypatch.setattr(step_module, "target_tree", leaky)
     out = dec.generate(torch.tensor([[1, 5, 7]]), 1, torch.Generator().manual_seed(0))
     drafted, logits = calls[0]
     errors = [

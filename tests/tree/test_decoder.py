@@ -27,12 +27,13 @@ def _reference(target, x, n):
     return out[0, x.shape[1] :]
 
 
+@pytest.mark.parametrize("path", [False, "none"], ids=["eager", "fast"])
 @pytest.mark.parametrize("tree", TREES, ids=str)
 @pytest.mark.parametrize("family, attn", [("qwen2", "sdpa"), ("llama", "eager")])
-def test_greedy_equals_target_generate(tree, family, attn):
+def test_greedy_equals_target_generate(tree, family, attn, path):
     target = tiny_lm(5, vocab=32, family=family, attn=attn)
     for draft in (perturbed(target, 0.1, seed=6), tiny_lm(7, vocab=32, family=family, attn=attn)):
-        dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=0)
+        dec = TreeDecoder(target, draft, tree, verifier="rrsw", temperature=0, compile=path)
         for prompt in ([[2]], [[4, 9, 1, 30, 7]]):
             x = torch.tensor(prompt)
             ref = _reference(target, x, 24)
@@ -259,3 +260,17 @@ def test_greedy_with_training_free_sources_equals_target_generate(with_model):
         if not with_model:
             assert out.retrieved_per_step == out.accepted_per_step
     assert sum(sum(o.retrieved_per_step) for o in outs) > 0
+
+
+def test_decoding_passes_the_cache_under_the_name_transformers_takes(caplog):
+    """Regression (transformers 5.24 deprecated ``past_key_values`` for ``cache``, to be removed in 5.40):
+    a decode triggers no deprecation warning, through the warnings module or transformers' logger."""
+    import logging
+    import warnings
+
+    target = tiny_lm(5, vocab=32)
+    dec = TreeDecoder(target, perturbed(target, 0.1, seed=6), Tree.kary([2, 1]), "rrs", temperature=0.7)
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING):
+        warnings.simplefilter("error")
+        dec.generate(torch.tensor([[4, 9, 1]]), 8, torch.Generator().manual_seed(0))
+    assert not [r for r in caplog.records if "deprecat" in r.getMessage()]

@@ -17,12 +17,21 @@ from scipy.stats import chisquare
 from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
+from mdsd.sampling import inverse_cdf, uniform
 from mdsd.tree.adaptive import DepthPolicy
-from mdsd.verifiers import OptimalVerifier, supports
+from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
 ALPHA = 1e-3
 DECODES = 10_000  # per prompt
 PROMPTS = ([3, 1, 4], [7])
+PATHS = [pytest.param(False, id="eager"), pytest.param("none", id="fast")]  # TreeDecoder(compile=...)
+
+
+def _decoder(target, draft, tree, name, path, **kwargs):
+    """The decoder on ``path``; the fast path runs verifiers with device kernels only."""
+    if path and name not in ("block", "traversal") and not verifier_class(name).sync_free:
+        pytest.skip(f"{name} reads values back to the host: eager path only")
+    return TreeDecoder(target, draft, tree, verifier=name, compile=path, **kwargs)
 
 
 def _tree(name):
@@ -64,22 +73,26 @@ def _p_values(dec, target, temperature, seed, decodes=DECODES):
     return results
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 @pytest.mark.parametrize("name", VERIFIERS)
-def test_first_two_tokens_follow_the_target_law(pair, name, temperature):
+def test_first_two_tokens_follow_the_target_law(pair, name, temperature, path):
     target, draft = pair
-    dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=temperature)
+    dec = _decoder(target, draft, _tree(name), name, path, temperature=temperature)
     for p_value, accepted in _p_values(dec, target, temperature, seed=17):
         assert accepted > 0.2  # drafts are accepted often, so multi-token steps are exercised
         assert p_value > ALPHA
 
 
-@pytest.mark.parametrize("temperature", [1e-3, 0.05, 0.1, 0.3])
+@pytest.mark.parametrize(
+    ("temperature", "path"),
+    [(1e-3, False), (0.05, False), (0.1, False), (0.3, False), (1e-3, "none"), (0.1, "none")],
+)
 @pytest.mark.parametrize("name", VERIFIERS)
-def test_low_temperatures_follow_the_target_law(pair, name, temperature):
+def test_low_temperatures_follow_the_target_law(pair, name, temperature, path):
     """float32 softmax rows that are one-hot or nearly so, for p and q alike (degenerate drafting)."""
     target, draft = pair
-    dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=temperature)
+    dec = _decoder(target, draft, _tree(name), name, path, temperature=temperature)
     for p_value, _ in _p_values(dec, target, temperature, seed=41, decodes=3000):
         assert p_value > ALPHA
 
@@ -95,12 +108,17 @@ def test_low_temperatures_follow_the_target_law(pair, name, temperature):
     ],
     ids=str,
 )
-def test_sequence_rules_and_optimal_without_replacement_follow_the_target_law(pair, name, tree, temperature):
+@pytest.mark.parametrize("path", PATHS)
+def test_sequence_rules_and_optimal_without_replacement_follow_the_target_law(
+    pair, name, tree, temperature, path
+):
     """Block and Traversal Verification of whole trees, and the optimal verifier for drafts without
     replacement inside the decoder: with its i.i.d. fallback, the path it takes at a real vocabulary
     (here V = 12 would solve one flow per node; tests/verifiers check that path's law exactly)."""
     target, draft = pair
-    dec = TreeDecoder(target, draft, tree, verifier=name, temperature=temperature)
+    if path and temperature == 0.05:
+        pytest.skip("the fast path is checked at 1e-3 and 1")
+    dec = _decoder(target, draft, tree, name, path, temperature=temperature)
     if name == "optimal:wor":
         dec.verifiers = {k: OptimalVerifier(k, law="wor", flow_tuples=0) for k in dec.verifiers}
     for p_value, accepted in _p_values(dec, target, temperature, seed=47, decodes=6000):
@@ -118,12 +136,13 @@ def test_dynamic_trees_at_low_temperature_follow_the_target_law(pair, name):
         assert p_value > ALPHA
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", [n for n in VERIFIERS if n != "single"])
-def test_dynamic_trees_follow_the_target_law(pair, name):
+def test_dynamic_trees_follow_the_target_law(pair, name, path):
     """Shapes grown from the draft's probabilities, with drafted nodes the target never sees."""
     target, draft = pair
     tree = DynamicTree(depth=3, k=2, expand=2, budget=4)  # 2 + 4 + 4 drafted, 4 forwarded
-    dec = TreeDecoder(target, draft, tree, verifier=name, temperature=1.0)
+    dec = _decoder(target, draft, tree, name, path, temperature=1.0)
     for p_value, accepted in _p_values(dec, target, 1.0, seed=23):
         assert accepted > 0.2
         assert p_value > ALPHA
@@ -139,10 +158,11 @@ class _ByRow(DepthPolicy):
         return 1 + (depth + accepted) % max_depth
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", ["rrs", "spechub", "greedy"])
-def test_rows_with_different_depths_follow_the_target_law(pair, name):
+def test_rows_with_different_depths_follow_the_target_law(pair, name, path):
     target, draft = pair
-    dec = TreeDecoder(target, draft, _tree(name), verifier=name, temperature=1.0, depth=_ByRow())
+    dec = _decoder(target, draft, _tree(name), name, path, temperature=1.0, depth=_ByRow())
     for p_value, _ in _p_values(dec, target, 1.0, seed=29):
         assert p_value > ALPHA
 
@@ -171,22 +191,22 @@ class _Table:
         self.seen += 1
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", VERIFIERS)
-def test_mixed_trees_follow_the_target_law(pair, name):
+def test_mixed_trees_follow_the_target_law(pair, name, path):
     """Retrieved chains beside the model's children: the root mixes deterministic and drawn children."""
     target, draft = pair
     source = _Table(12)
-    dec = TreeDecoder(
-        target, draft, _tree(name), verifier=name, temperature=1.0, source=source, retrieve=(2, 2)
-    )
+    dec = _decoder(target, draft, _tree(name), name, path, temperature=1.0, source=source, retrieve=(2, 2))
     for p_value, _ in _p_values(dec, target, 1.0, seed=31):
         assert p_value > ALPHA
     assert source.seen > 0
 
 
-def test_retrieval_alone_follows_the_target_law(pair):
+@pytest.mark.parametrize("path", PATHS)
+def test_retrieval_alone_follows_the_target_law(pair, path):
     target, _ = pair
-    dec = TreeDecoder(target, None, None, temperature=1.0, source=_Table(12), retrieve=(2, 3))
+    dec = TreeDecoder(target, None, None, temperature=1.0, source=_Table(12), retrieve=(2, 3), compile=path)
     for p_value, _ in _p_values(dec, target, 1.0, seed=37):
         assert p_value > ALPHA
 
@@ -221,13 +241,23 @@ class _ResampleFromP:
 
     def verify_unchecked(self, p, q, drafts, generator):
         tokens, index = self.inner.verify_unchecked(p, q, drafts, generator)
-        fresh = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=generator).reshape(index.shape)
+        fresh = inverse_cdf(p, uniform((*index.shape, 1), generator, p.device))[..., 0]
         return torch.where(index < 0, fresh, tokens), index
 
 
-def test_broken_verifier_fails_the_test(pair):
+@pytest.mark.parametrize("path", PATHS)
+def test_broken_verifier_fails_the_test(pair, path):
     target, _ = pair
     draft = perturbed(target, 1.0, seed=2)  # a looser draft: more rejections for the bug to act on
-    dec = TreeDecoder(target, draft, _tree("rrs"), verifier="rrs", temperature=1.0)
+    dec = TreeDecoder(target, draft, _tree("rrs"), verifier="rrs", temperature=1.0, compile=path)
     dec.verifiers = {k: _ResampleFromP(v) for k, v in dec.verifiers.items()}
     assert min(p for p, _ in _p_values(dec, target, 1.0, seed=17)) < ALPHA
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_autoregressive_decoding_follows_the_target_law(pair, path):
+    """No draft and no source: one token from p per step (the baseline the trees are compared with)."""
+    target, _ = pair
+    dec = TreeDecoder(target, None, None, temperature=1.0, compile=path)
+    for p_value, _ in _p_values(dec, target, 1.0, seed=53):
+        assert p_value > ALPHA

@@ -1,0 +1,282 @@
+"""The decoder's fast path: static caches, fixed shapes per plan, a captured step, one host read per step.
+
+``TreeDecoder(..., compile=True)`` decodes with the same phases as the eager path
+(:func:`mdsd.tree.step.decode_step`: the same drafting, verification and walk), arranged the way the
+fastest open decoders arrange a step (gpt-fast's static caches and compiled forward, vLLM's and SGLang's
+CUDA graph per batch size):
+
+* **Static caches** (:class:`mdsd.tree.static.StaticLM`): keys and values preallocated for the whole decode
+  (the longest prompt, the budget and one step's slots), written at explicit slots; the accepted path is
+  compacted by an in-place gather.
+* **Fixed shapes per plan.** The prompts are read first (all but each row's last token, one forward per
+  model), so every step has the same shapes: the target reads one token per row, the draft a block of
+  depth + 1 (left-padded). Finished rows stay in the batch as masked rows (their caches no longer
+  advance). A step's random numbers are one buffer of float64 uniforms, refilled by one ``uniform_`` per
+  step and consumed in order (:class:`mdsd.sampling.UniformStream`), so nothing inside the step calls a
+  generator.
+* **A captured step**, one per (plan, batch size), built on the plan's first step (which runs eagerly and
+  learns how many uniforms a step takes) and reused: ``"cudagraph"`` captures the whole step — draft
+  levels, target forward, verification, walk and cache compaction — in one CUDA graph; a
+  ``torch.compile`` backend (``"inductor"``, ``"aot_eager"``, ``"eager"``) compiles it with
+  ``fullgraph=True``; ``"none"`` runs the same static step uncompiled.
+* **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
+  :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
+  the end, so a step's host time does not grow with the batch (a draft source's proposals and an adaptive
+  depth policy are host work per row by nature).
+
+Every verifier with device kernels (``sync_free``) runs here; the others need the eager path.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import types
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mdsd.sampling import UniformStream
+from mdsd.tree.draft import Pending, causal
+from mdsd.tree.ledger import Ledger, TreeDecodeOutput
+from mdsd.tree.plan import Plan
+from mdsd.tree.static import StaticLM, static_obstacle
+from mdsd.tree.step import Summary, decode_step
+
+__all__ = ["BACKENDS", "FastPath", "backend_of", "capture"]
+
+BACKENDS = ("cudagraph", "inductor", "aot_eager", "eager", "none")
+_ALIGN = 64  # cache capacity is rounded up to a multiple of this (caches and graphs are reused across calls)
+
+
+def backend_of(compile: bool | str, device: torch.device) -> str | None:
+    """The step's backend for ``TreeDecoder(compile=...)``: None for the eager path (False); True picks
+    "cudagraph" on CUDA and "inductor" elsewhere; a name of :data:`BACKENDS` is taken as is."""
+    if compile is False:
+        return None
+    if compile is True:
+        return "cudagraph" if device.type == "cuda" else "inductor"
+    if compile not in BACKENDS:
+        raise ValueError(f"compile must be True, False or one of {', '.join(BACKENDS)}; got {compile!r}")
+    if compile == "cudagraph" and device.type != "cuda":
+        raise ValueError(f"compile='cudagraph' captures CUDA graphs; the models are on {device}")
+    return compile
+
+
+@dataclass
+class _State:
+    """The step's inputs and outputs that live on the device between steps (fixed addresses)."""
+
+    target: StaticLM
+    draft: StaticLM | None
+    target_ids: torch.Tensor  # [B, 1] the token the target reads next (the root)
+    draft_ids: torch.Tensor  # [B, P] the tokens the draft reads next, left-padded
+    draft_real: torch.Tensor  # [B, P]
+    active: torch.Tensor  # [B] rows still decoding (the others keep their caches as they are)
+    limit: torch.Tensor  # [B] each row's draft depth (adaptive depths)
+    retrieved: torch.Tensor | None  # [B, width, depth] a source's proposals, -1 where none
+
+
+class FastPath:
+    """The fast path of one :class:`mdsd.TreeDecoder` with step backend ``backend``."""
+
+    def __init__(self, decoder, backend: str) -> None:
+        for who, model in (("target", decoder.target), ("draft", decoder.draft)):
+            reason = None if model is None else static_obstacle(model)
+            if reason is not None:
+                raise ValueError(f"the {who}: {reason}; decode with compile=False (the eager path)")
+        for k, v in decoder.verifiers.items():
+            if not type(v).sync_free:
+                raise ValueError(
+                    f"verifier {decoder.verifier_name!r} (k = {k}) reads values back to the host and cannot "
+                    "run in a captured step; decode with compile=False (the eager path)"
+                )
+        self.decoder, self.backend = decoder, backend
+        self._state: _State | None = None
+        # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
+        self._steps: dict[tuple[int, bool], tuple] = {}
+        self._pool = None
+
+    # -- one decode ---------------------------------------------------------------------------------------
+
+    def generate(self, rows_in: list[list[int]], max_new_tokens: int, generator) -> list[TreeDecodeOutput]:
+        dec = self.decoder
+        dev = next(dec.target.parameters()).device
+        B, start = len(rows_in), time.perf_counter()
+        state = self._prepare(rows_in, max_new_tokens, dev)
+        ledger = Ledger(B, max_new_tokens, dec.eos_token_ids)
+        active = np.ones(B, dtype=bool)
+        policy, full = dec.depth_policy, dec._depth_of(dec.tree)
+        depths = policy.start(B, full) if policy is not None else np.full(B, full)
+        fork = getattr(dec.source, "fork", None)
+        sources = [fork() if fork else dec.source for _ in range(B)]
+        while active.any():
+            step_start = time.perf_counter()
+            depth = int(depths[active].max())
+            limited = policy is not None and bool((depths[active] < depth).any())
+            if limited:
+                state.limit.copy_(torch.from_numpy(depths), non_blocking=True)
+            if dec.source is not None:
+                contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
+                state.retrieved.copy_(dec._retrieve(sources, contexts, dev))
+            state.active.copy_(torch.from_numpy(active), non_blocking=True)
+            packed, forwards = self._run(state, depth, limited, generator)
+            summary = Summary.read(packed)  # the step's one synchronisation
+            rows = np.flatnonzero(active)
+            mine = summary.rows(rows)
+            elapsed = time.perf_counter() - step_start
+            done = ledger.record(rows, mine, depths[rows], forwards, elapsed)
+            if policy is not None:
+                depths = policy.update(depths, summary.accepted, full)
+            if dec.source is not None:
+                for r in rows:
+                    sources[r].observe(rows_in[r] + ledger.emitted(r))
+            active[rows[done]] = False
+        return ledger.outputs({"total": time.perf_counter() - start})
+
+    def _prepare(self, rows_in: list[list[int]], max_new_tokens: int, dev: torch.device) -> _State:
+        """The state for this decode, reusing the last one's caches (and so its captured steps) when the
+        batch size and the capacity match; the prompts read, all but each row's last token."""
+        dec = self.decoder
+        B, longest = len(rows_in), max(len(r) for r in rows_in)
+        full = dec._plan(dec._depth_of(dec.tree))
+        width = full.max_depth + 1  # the draft's pending block
+        region = 1 + full.num_nodes + width  # a step's slots in either cache
+        capacity = _ALIGN * math.ceil((longest + max_new_tokens + width + region) / _ALIGN)
+        state = self._state
+        if state is None or state.target.length.shape[0] != B or state.target.capacity < capacity:
+            self._steps = {}
+            target = StaticLM(dec.target, B, capacity)
+            draft = StaticLM(dec.draft, B, capacity) if dec.draft is not None else None
+            retrieved = None
+            if dec.source is not None:
+                retrieved = torch.full((B, *dec.retrieve), -1, dtype=torch.long, device=dev)
+            state = _State(
+                target,
+                draft,
+                torch.zeros(B, 1, dtype=torch.long, device=dev),
+                torch.zeros(B, width, dtype=torch.long, device=dev),
+                torch.zeros(B, width, dtype=torch.bool, device=dev),
+                torch.ones(B, dtype=torch.bool, device=dev),
+                torch.full((B,), full.max_depth, dtype=torch.long, device=dev),
+                retrieved,
+            )
+            self._state = state
+        last = torch.tensor([r[-1] for r in rows_in], dtype=torch.long, device=dev)
+        for lm in (state.target, state.draft):
+            if lm is not None:
+                _read_prompts(lm, [r[:-1] for r in rows_in], dev)
+        state.target_ids.copy_(last[:, None])
+        state.draft_ids.zero_()
+        state.draft_ids[:, -1] = last
+        state.draft_real.zero_()
+        state.draft_real[:, -1] = True
+        state.limit.fill_(full.max_depth)
+        return state
+
+    # -- the step -----------------------------------------------------------------------------------------
+
+    def _run(self, state: _State, depth: int, limited: bool, generator) -> tuple[torch.Tensor, int]:
+        """One step with the plan of ``depth``: the packed summary and the draft forwards it ran."""
+        key = (depth, limited)
+        if key not in self._steps:  # the plan's first step runs eagerly, learns its uniforms, is captured
+            counter = UniformStream(generator=generator)
+            packed, forwards = self._step(state, self.decoder._plan(depth), limited, counter)
+            uniforms = torch.zeros(counter.used, dtype=torch.float64, device=packed.device)
+            self._steps[key] = (self._capture(state, depth, limited, uniforms), uniforms, forwards)
+            return packed, forwards
+        step, uniforms, forwards = self._steps[key]
+        uniforms.uniform_(generator=generator)
+        return step(), forwards
+
+    def _step(
+        self, state: _State, plan: Plan, limited: bool, stream: UniformStream
+    ) -> tuple[torch.Tensor, int]:
+        """The step itself (traced by the backends): decode, then commit both caches and write what the
+        models read next into the state, in place. Returns the packed summary and the draft forwards."""
+        dec = self.decoder
+        target_pending = Pending(state.target_ids, torch.ones_like(state.target_ids, dtype=torch.bool))
+        draft_pending = Pending(state.draft_ids, state.draft_real)
+        out, bad, forwards = decode_step(
+            state.target,
+            state.draft,
+            target_pending,
+            draft_pending,
+            plan,
+            dec.rule,
+            stream,
+            state.limit if limited else None,
+            state.retrieved,
+        )
+        active = state.active.long()
+        state.target.commit(out.target_keep, out.target_kept * active)
+        if state.draft is not None:
+            state.draft.commit(out.draft_keep, out.draft_kept * active)
+        width = state.draft_ids.shape[1] - out.draft_next.ids.shape[1]  # left-pad to the full depth
+        state.target_ids.copy_(out.target_next.ids)
+        state.draft_ids.copy_(torch.nn.functional.pad(out.draft_next.ids, (width, 0)))
+        state.draft_real.copy_(torch.nn.functional.pad(out.draft_next.real, (width, 0)))
+        return out.packed(bad), forwards
+
+    def _capture(self, state: _State, depth: int, limited: bool, uniforms: torch.Tensor):
+        """The step of the plan of ``depth`` as a callable of no arguments returning the packed summary,
+        reading its random numbers from ``uniforms``."""
+        plan = self.decoder._plan(depth)
+
+        def step() -> torch.Tensor:
+            return self._step(state, plan, limited, UniformStream(uniforms))[0]
+
+        self._pool = self._pool if self._pool is not None else _graph_pool(self.backend)
+        return capture(step, self.backend, self._pool)
+
+
+def capture(fn, backend: str, pool=None):
+    """``fn`` (no arguments, returning a tensor; it must have run once eagerly, so that lazy state exists)
+    as a callable that runs it with ``backend`` (:data:`BACKENDS`): replaying one CUDA graph (memory from
+    ``pool``, shared by the graphs of one decoder), compiled by ``torch.compile(fullgraph=True)``, or as
+    is ("none"). Capturing records ``fn`` without running it."""
+    if backend == "none":
+        return fn
+    if backend != "cudagraph":
+        return torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=backend)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay
+
+
+def _graph_pool(backend: str):
+    return torch.cuda.graph_pool_handle() if backend == "cudagraph" else None
+
+
+def _own_code(fn):
+    """``fn`` with a code object of its own: ``torch.compile`` keeps compiled graphs and their guards per
+    code object, so each (plan, batch) step keeps its own instead of all steps sharing one (and its
+    recompile limit)."""
+    return types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+
+
+def _read_prompts(lm: StaticLM, prompts: list[list[int]], dev: torch.device) -> None:
+    """Reset ``lm``'s caches and commit the tokens ``prompts`` (one per row, any lengths, maybe empty) in
+    one forward, right-padded."""
+    B = len(prompts)
+    lm.length.zero_()
+    lm.begin()
+    width = max(len(p) for p in prompts)
+    if width == 0:
+        return
+    ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], dtype=torch.long, device=dev)
+    count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)
+    real = torch.arange(width, device=dev)[None, :] < count[:, None]
+    positions = torch.arange(width, device=dev).expand(B, -1)
+    lm.forward(ids, causal(real), positions, 1, real)
+    lm.commit(torch.arange(width, device=dev).expand(B, -1), count)

@@ -1,0 +1,164 @@
+"""A Llama / Qwen2-family causal LM over static key/value caches: the decoder's fast path.
+
+The model's own modules (embedding, norms, projections, rotary embedding, MLPs, output layer: the same
+weights, loaded once by ``transformers``) run with mdsd's attention over preallocated caches, so that a
+forward has a fixed shape and never allocates: what a CUDA graph or ``torch.compile`` can capture.
+
+**Layout.** Keys and values of every layer live in ``[layers, B, kv_heads, C, head_dim]`` tensors. Row b
+holds its committed entries in slots ``[0, length[b])`` — dense, so a slot's index is its token's position
+— and a step's entries right after them (the step's region, :mod:`mdsd.tree.cache`). A forward of Q tokens
+writes them at slots ``length[b] + local + i`` (``local``: the step's slots written so far, a host int
+fixed by the plan) and attends with a boolean mask over all C slots:
+
+.. math:: \\text{allowed}[b, i, s] = [s < \\ell_b] \\lor
+          [\\ell_b \\le s < \\ell_b + S + Q \\land \\text{step}[b, i, s - \\ell_b]]
+
+with step = [local | visible] over the step's S earlier and Q new slots. :meth:`StaticLM.commit` moves the
+kept step slots, in order, to ``[length[b], length[b] + count[b])`` by one gather and one scatter over all
+layers at once and advances ``length``: the accepted path becomes committed, nothing is truncated or
+reallocated, and positions stay equal to slot indices.
+
+Grouped-query attention runs without copying the cache: the query heads that share a key/value head are
+stacked as extra query rows of it. Supported: ``model_type`` in :data:`FAMILIES` with full attention
+(no sliding window); anything else raises ``ValueError`` naming the eager path (``compile=False``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mdsd.tree.cache import finite
+
+__all__ = ["StaticLM", "FAMILIES", "static_obstacle"]
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # pre-norm decoders with rotary attention and no extras
+
+
+def static_obstacle(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot run over mdsd's static caches (the fast path), or None."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if family not in FAMILIES:
+        return f"the fast path runs {', '.join(FAMILIES)} models; this one is {family!r}"
+    core = getattr(model, "model", None)
+    if core is None or not all(hasattr(core, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return f"{type(model).__name__} does not have the layout of a transformers {family} model"
+    if getattr(config, "use_sliding_window", False) or any(
+        t != "full_attention" for t in getattr(config, "layer_types", None) or ()
+    ):
+        return "the fast path does not run sliding-window attention"
+    return None
+
+
+class StaticLM:
+    """``model`` over static caches of ``rows`` rows and ``capacity`` slots per row.
+
+    Implements the cache interface of :mod:`mdsd.tree.cache` (``begin``, ``live``, ``forward``,
+    ``commit``); ``length`` [B] (committed entries per row) and the caches are updated in place, so a
+    captured step can reuse them.
+    """
+
+    def __init__(self, model: torch.nn.Module, rows: int, capacity: int) -> None:
+        reason = static_obstacle(model)
+        if reason is not None:
+            raise ValueError(f"{reason}; decode with compile=False (the eager path) instead")
+        self.model = model
+        config = model.config
+        self.layers = list(model.model.layers)
+        attn = self.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        self.kv_heads = int(config.num_key_value_heads)
+        self.groups = int(config.num_attention_heads) // self.kv_heads
+        self.scale = float(attn.scaling)
+        param = next(p for p in model.parameters() if p.is_floating_point())
+        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        self.keys = torch.zeros(shape, dtype=param.dtype, device=param.device)
+        self.values = torch.zeros_like(self.keys)
+        self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
+        self.capacity = capacity
+        self.local = 0
+
+    # -- the cache interface ----------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start a step (step slots written and not committed are forgotten)."""
+        self.local = 0
+
+    def live(self) -> torch.Tensor:
+        """Committed entries per row [B] (the position of the row's next token)."""
+        return self.length
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        visible: torch.Tensor,
+        positions: torch.Tensor,
+        keep: int,
+        block_valid: torch.Tensor,  # noqa: ARG002 (dead slots are those a later mask leaves out)
+        local: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`mdsd.tree.cache.ModelCache.forward` over the static caches (same arguments, same
+        results)."""
+        B, Q = ids.shape
+        S = self.local
+        step = visible if local is None else torch.cat([local, visible], dim=2)  # [B, Q, S + Q]
+        slot = torch.arange(self.capacity, device=ids.device)
+        rel = slot[None, :] - self.length[:, None]  # [B, C]: slot offset from the step's region
+        inside = (rel >= 0) & (rel < S + Q)
+        seen = step.gather(2, rel.clamp(0, S + Q - 1)[:, None, :].expand(B, Q, self.capacity))
+        allowed = (rel < 0)[:, None, :] | (inside[:, None, :] & seen)  # [B, Q, C]
+        mask = allowed[:, None, None].expand(B, 1, self.groups, Q, self.capacity)
+        mask = mask.reshape(B, 1, self.groups * Q, self.capacity)
+        write = (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :, None]
+        write = write.expand(B, self.kv_heads, Q, self.head_dim)
+        core = self.model.model
+        h = core.embed_tokens(ids)
+        cos, sin = core.rotary_emb(h, positions)
+        for i, layer in enumerate(self.layers):
+            h = h + self._attention(i, layer.self_attn, layer.input_layernorm(h), cos, sin, write, mask)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        h = core.norm(h[:, -keep:])
+        self.local = S + Q
+        return finite(self.model.get_output_embeddings()(h))
+
+    def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
+        """Keep of the step's slots only ``index[b, :count[b]]`` (offsets into the step's region), in
+        order, as committed entries; start the next step after them."""
+        L, B, H, _, D = self.keys.shape
+        W = index.shape[1]
+        source = (self.length[:, None] + index)[None, :, None, :, None].expand(L, B, H, W, D)
+        target = (self.length[:, None] + torch.arange(W, device=index.device))[None, :, None, :, None]
+        target = target.expand(L, B, H, W, D)
+        for kv in (self.keys, self.values):
+            kv.scatter_(3, target, kv.gather(3, source))  # gather copies before the write
+        self.length.add_(count)
+        self.local = 0
+
+    # -- one layer's attention --------------------------------------------------------------------------
+
+    def _attention(self, i, attn, x, cos, sin, write, mask) -> torch.Tensor:
+        B, Q, _ = x.shape
+        q = attn.q_proj(x).view(B, Q, -1, self.head_dim)
+        k = attn.k_proj(x).view(B, Q, -1, self.head_dim)
+        v = attn.v_proj(x).view(B, Q, -1, self.head_dim).transpose(1, 2)
+        if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+        self.keys[i].scatter_(2, write, k)
+        self.values[i].scatter_(2, write, v)
+        # [B, H, Q, D] -> [B, kv_heads, groups · Q, D]: the heads sharing a key/value head as query rows
+        q = q.reshape(B, self.kv_heads, self.groups * Q, self.head_dim)
+        out = F.scaled_dot_product_attention(
+            q, self.keys[i], self.values[i], attn_mask=mask, scale=self.scale
+        )
+        out = out.reshape(B, self.kv_heads * self.groups, Q, self.head_dim).transpose(1, 2)
+        return attn.o_proj(out.reshape(B, Q, -1))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x [B, H, Q, D] with cos, sin [B, Q, D] (the halves convention of Llama)."""
+    cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin

@@ -1,0 +1,168 @@
+"""The fast path (``TreeDecoder(compile=...)``): the same answers as the eager reference path.
+
+* Greedy decoding gives the same tokens on both paths for every tree family (chain, k-ary, mixed widths,
+  Sequoia, dynamic, retrieved chains beside the model's children, retrieval alone, adaptive depths,
+  autoregressive), on ragged batches with EOS tokens.
+* The step traces with ``torch.compile(fullgraph=True)`` (the cheap "eager" backend) for every
+  verifier with device kernels, the sequence-level rules, a dynamic tree and a source, and the traced step
+  gives exactly the tokens of the uncompiled static step under the same generator.
+* What the fast path cannot run is refused with a message that names the eager path.
+The target's law on the fast path is tested in tests/tree/test_lossless.py, its tree attention in
+test_attention.py and its host synchronisations in test_syncs.py.
+"""
+
+import numpy as np
+import pytest
+import torch
+from tiny_lms import perturbed, tiny_lm
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
+from mdsd.drafters import PromptLookup
+from mdsd.tree.adaptive import GrowShrink
+from mdsd.verifiers import supports, verifier_class
+
+PROMPTS = [[3, 1, 4, 3, 1, 4, 3], [7], [2, 2, 9, 2, 5, 11]]
+EOS = [6]  # the target's greedy continuation of the last prompt holds it: that row stops early
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_lm(0, vocab=16)
+    return target, perturbed(target, 0.5, seed=1)
+
+
+def _decode(dec, new=14, seed=0):
+    outs = dec.generate_batch(PROMPTS, new, torch.Generator().manual_seed(seed))
+    return [(o.tokens.tolist(), o.tokens_per_step, o.accepted_per_step, o.stopped_by_eos) for o in outs]
+
+
+FAMILIES = {
+    "chain": dict(tree=Tree.chain(4), verifier="single"),
+    "binary": dict(tree=Tree.kary([2, 2, 2]), verifier="rrsw"),
+    "mixed widths": dict(tree=Tree((0, 0, 0, 1, 1, 2)), verifier="rrs"),
+    "sequoia": dict(tree=Tree.sequoia([0.6, 0.2, 0.1], 7, 4), verifier="kseq"),
+    "dynamic": dict(tree=DynamicTree(depth=3, k=2, expand=2, budget=4), verifier="spechub"),
+    "source": dict(tree=Tree.kary([2, 2]), verifier="greedy", source=PromptLookup(), retrieve=(2, 3)),
+    "retrieval alone": dict(tree=None, verifier="rrs", source=PromptLookup(), draft=None),
+    "adaptive depth": dict(tree=Tree.kary([2, 2, 1]), verifier="rrs", depth=GrowShrink(initial=1)),
+    "autoregressive": dict(tree=None, verifier="rrs", draft=None),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_decoding_gives_the_same_tokens_on_both_paths(pair, family):
+    target, draft = pair
+    spec = dict(FAMILIES[family])
+    tree, model = spec.pop("tree"), spec.pop("draft", draft)
+    eager = TreeDecoder(target, model, tree, temperature=0.0, eos_token_id=EOS, **spec)
+    fast = TreeDecoder(target, model, tree, temperature=0.0, eos_token_id=EOS, compile="none", **spec)
+    expected = _decode(eager)
+    assert expected == _decode(fast)
+    assert any(stop for *_, stop in expected)  # an EOS ends a row early: masked rows are exercised
+    assert expected == _decode(fast)  # a second decode reuses the caches and the captured steps
+
+
+def _traced_cases():
+    cases = []
+    for name in VERIFIERS:
+        if not verifier_class(name).sync_free:
+            continue
+        tree = (
+            Tree((0, 0, 0, 1, 1, 2))
+            if supports(name, 3)
+            else Tree.kary([2, 1])
+            if supports(name, 2)
+            else None
+        )
+        cases.append((name, tree or Tree.chain(2)))
+    cases += [
+        ("block", Tree.chain(3)),
+        ("traversal", Tree.kary([2, 2])),
+        ("rrsw", DynamicTree(depth=3, k=2, expand=2, budget=4)),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize(("name", "tree"), _traced_cases(), ids=str)
+def test_the_step_traces_with_fullgraph_and_gives_the_static_steps_tokens(pair, name, tree):
+    target, draft = pair
+    static = TreeDecoder(
+        target, draft, tree, verifier=name, temperature=0.8, eos_token_id=EOS, compile="none"
+    )
+    traced = TreeDecoder(
+        target, draft, tree, verifier=name, temperature=0.8, eos_token_id=EOS, compile="eager"
+    )
+    assert _decode(static, seed=3) == _decode(traced, seed=3)
+
+
+def test_a_source_and_autoregressive_decoding_trace_too(pair):
+    target, draft = pair
+    for spec in (FAMILIES["source"], FAMILIES["autoregressive"]):
+        spec = dict(spec)
+        tree, model = spec.pop("tree"), spec.pop("draft", draft)
+        static = TreeDecoder(target, model, tree, temperature=0.8, eos_token_id=EOS, compile="none", **spec)
+        traced = TreeDecoder(target, model, tree, temperature=0.8, eos_token_id=EOS, compile="eager", **spec)
+        assert _decode(static, seed=5) == _decode(traced, seed=5)
+
+
+def test_a_broken_trace_is_caught(pair, monkeypatch):
+    """The equality above can fail: a traced step that drops the last uniform's use shows."""
+    import mdsd.tree.step as step
+
+    target, draft = pair
+    real = step.walk
+
+    def off_by_one(drafted, next_node, stop, target_pending, draft_pending):
+        out = real(drafted, next_node, stop, target_pending, draft_pending)
+        if torch.compiler.is_compiling():
+            out.emitted.add_(1).remainder_(16)
+        return out
+
+    static = TreeDecoder(target, draft, Tree.kary([2, 1]), verifier="rrs", temperature=0.8, compile="none")
+    traced = TreeDecoder(target, draft, Tree.kary([2, 1]), verifier="rrs", temperature=0.8, compile="eager")
+    expected = _decode(static, seed=3)
+    monkeypatch.setattr(step, "walk", off_by_one)
+    assert _decode(traced, seed=3) != expected
+
+
+def test_rows_that_finish_stay_masked_and_do_not_grow_their_caches(pair):
+    target, draft = pair
+    dec = TreeDecoder(
+        target, draft, Tree.chain(3), verifier="single", temperature=0.0, eos_token_id=EOS, compile="none"
+    )
+    outs = dec.generate_batch(PROMPTS, 30, torch.Generator().manual_seed(0))
+    state = dec._fast_path._state
+    lengths = state.target.length.tolist()
+    for prompt, out, length in zip(PROMPTS, outs, lengths, strict=True):
+        # committed: the prompt and every emitted token but the last (the next step's root), at most one
+        # step's tokens more for a row that finished in the batch's last step
+        assert len(prompt) + len(out.tokens) - 1 <= length <= len(prompt) + len(out.tokens) + 3
+    assert np.ptp([o.steps for o in outs]) > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (dict(verifier="rrs", tree=Tree.kary([2]), compile="cudagraph"), "CUDA"),
+        (dict(verifier="rrs", tree=Tree.kary([2]), compile="turbo"), "compile must be"),
+    ],
+)
+def test_what_the_fast_path_cannot_run_is_refused(pair, kwargs, words):
+    target, draft = pair
+    with pytest.raises(ValueError, match=words):
+        TreeDecoder(target, draft, temperature=0.7, **kwargs)
+
+
+def test_a_verifier_that_reads_values_back_is_refused_with_the_eager_path_named(pair, monkeypatch):
+    target, draft = pair
+    monkeypatch.setattr(verifier_class("rrsw"), "sync_free", False)
+    with pytest.raises(ValueError, match="compile=False"):
+        TreeDecoder(target, draft, Tree.kary([2]), verifier="rrsw", temperature=0.7, compile=True)
+
+
+def test_a_model_outside_the_supported_families_is_refused_with_the_eager_path_named():
+    config = GPT2Config(vocab_size=16, n_embd=32, n_layer=1, n_head=2, bos_token_id=None, eos_token_id=None)
+    model = GPT2LMHeadModel(config).eval()
+    with pytest.raises(ValueError, match="compile=False"):
+        TreeDecoder(model, model, Tree.chain(2), verifier="single", compile="none")
