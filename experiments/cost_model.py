@@ -38,7 +38,6 @@ import dataclasses
 import datetime
 import math
 import os
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -51,10 +50,8 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.cli.decode import parse_tree
+from mdsd.cli.decode import compile_option, parse_tree
 from mdsd.experiment import config_from_cli, write_results
-from mdsd.tree.cache import ModelCache
-from mdsd.tree.draft import Pending, causal
 
 
 @dataclass(frozen=True)
@@ -83,6 +80,12 @@ class Config:
         default=(1, 4), metadata={"help": "batches of the overhead fit"}
     )
     overhead_tokens: int = field(default=8, metadata={"help": "tokens per decode of the overhead fit"})
+    compile: str = field(
+        default="false",
+        metadata={
+            "help": "decoder path: false (eager), true (fast path), or a backend (mdsd decode --compile)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of profiles, prompts and decoding"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
     output_dir: str = field(default="", metadata={"help": "results directory ('' = a fresh one in runs/)"})
@@ -154,35 +157,20 @@ def _contexts_for(config: Config, prompts, trees, overhead_context: int) -> tupl
     return (min(lengths), longest)
 
 
-@torch.no_grad()
-def autoregressive(model, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int):
-    """Plain batched sampling with the decoder's cache and masks; seconds of the steps after the first (which
-    reads the prompts), and the cache length before each of them."""
-    dev = next(model.parameters()).device
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    cache, pending = ModelCache(model, len(prompts), dev), Pending.from_rows(prompts, dev)
-    ids, real = pending.ids, pending.real
-    positions = (real.cumsum(1) - 1).clamp(min=0)
-    visible, keep = causal(real), 1
-    contexts, start = [], None
-    for step in range(max_new_tokens):
-        if step == 1:
-            start = time.perf_counter()
-        if step:
-            contexts.append(cache.length)
-        cache.begin()
-        logits, _ = cache.forward(ids, visible, positions, keep, real)
-        logits = logits[:, -1].float()  # [B, V]
-        if temperature == 0:
-            token = logits.argmax(-1)
-        else:
-            token = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)[:, 0]
-        token.tolist()  # the host reads every step's tokens, as a real loop would
-        positions = cache.live()[:, None]
-        ids, real = token[:, None], torch.ones(len(prompts), 1, dtype=torch.bool, device=dev)
-        visible = real[:, :, None]
-    seconds = time.perf_counter() - start
-    return seconds, len(prompts) * (max_new_tokens - 1), contexts
+def autoregressive(config: Config, target, prompts: list[list[int]]):
+    """Plain batched sampling by mdsd's decoder without a draft (one token from p per step, on the path of
+    ``config.compile``): seconds and tokens of the steps after the first (which reads the prompts), and the
+    cache length before each of them."""
+    decoder = mdsd.TreeDecoder(
+        target,
+        None,
+        None,
+        temperature=config.temperature,
+        eos_token_id=[],
+        compile=compile_option(config.compile),
+    )
+    timed = mdsd.costs.time_decode(decoder, prompts, config.max_new_tokens, config.seed)
+    return timed.seconds, timed.tokens, [c for _, c, _ in timed.schedule]
 
 
 def decode_rows(config, target, draft, prompts, profiles, overheads) -> list[dict]:
@@ -191,10 +179,7 @@ def decode_rows(config, target, draft, prompts, profiles, overheads) -> list[dic
     rows = []
     for B in tqdm(config.batches, desc="batches"):
         batch = prompts[:B]
-        autoregressive(target, batch, 2, config.temperature, config.seed)  # warm-up
-        seconds, tokens, contexts = autoregressive(
-            target, batch, config.max_new_tokens, config.temperature, config.seed
-        )
+        seconds, tokens, contexts = autoregressive(config, target, batch)
         mean_context = float(np.mean(contexts))
         replayed = sum(target_profile.seconds(B, 1, c) for c in contexts)
         steady = B / target_profile.seconds(B, 1, mean_context)
@@ -228,7 +213,9 @@ def decode_rows(config, target, draft, prompts, profiles, overheads) -> list[dic
 def _speculative(config, target, draft, tree, spec, name, batch, profiles, overheads, ar_rate) -> dict:
     target_profile, draft_profile = profiles
     B = len(batch)
-    decoder = mdsd.TreeDecoder(target, draft, tree, name, config.temperature, eos_token_id=[])
+    decoder = mdsd.TreeDecoder(
+        target, draft, tree, name, config.temperature, eos_token_id=[], compile=compile_option(config.compile)
+    )
     timed = mdsd.costs.time_decode(decoder, batch, config.max_new_tokens, config.seed)
     row_steps = sum(o.steps - 1 for o in timed.outputs)
     per_step = timed.tokens / row_steps  # tokens per step per row, after the first step
@@ -382,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError(
             "--max-new-tokens and --overhead-tokens must be >= 2 (only steps after the first count)"
         )
+    path = compile_option(config.compile)  # checked before any work
     torch.set_num_threads(config.threads)
     out = output_dir(config)
     out.mkdir(parents=True, exist_ok=bool(config.output_dir))
@@ -396,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     for label, model, offset in (("target", target, 0), ("draft", draft, 1)):
         gen = torch.Generator().manual_seed(config.seed + offset)
         profile = mdsd.measure_profile(
-            model, contexts=contexts, repeats=config.repeats, generator=gen, **grid
+            model, contexts=contexts, repeats=config.repeats, generator=gen, compile=path, **grid
         )
         profile.save(out / f"{label}_profile.json")
         profiles.append(profile)
@@ -412,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
             overhead_context,
             config.overhead_tokens,
             torch.Generator().manual_seed(config.seed + 2),
+            compile=path,
         )
         for name in config.verifiers
     }

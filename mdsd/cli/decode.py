@@ -61,6 +61,21 @@ def parse_tree(spec: str):
     )
 
 
+def compile_option(value: str) -> bool | str:
+    """``--compile`` as :class:`mdsd.TreeDecoder` takes it: "true" / "false", or a backend name.
+
+    >>> compile_option("true"), compile_option("false"), compile_option("cudagraph")
+    (True, False, 'cudagraph')
+    """
+    from mdsd.tree.compiled import BACKENDS
+
+    if value in ("true", "false"):
+        return value == "true"
+    if value not in BACKENDS:
+        raise ValueError(f"--compile takes no value or one of {', '.join(BACKENDS)}; got {value!r}")
+    return value
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "decode",
@@ -102,6 +117,15 @@ def add_parser(subparsers) -> None:
         help="also run HF autoregressive sampling and HF assisted generation on the same prompts and seeds, "
         "and print a table of tokens per target forward (prompts one at a time)",
     )
+    parser.add_argument(
+        "--compile",
+        nargs="?",
+        const="true",
+        default="false",
+        help="the decoder's fast path (static caches, a captured step; Llama/Qwen2-family models): "
+        "--compile alone picks a CUDA graph on CUDA and inductor elsewhere, or name the backend: "
+        "cudagraph, inductor, aot_eager, eager, none (default: the eager path)",
+    )
     parser.add_argument("--dtype", default="float32", help="model dtype (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of both models (default: %(default)s)")
     parser.set_defaults(func=run)
@@ -130,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--verifier must be one of {choices}; got {args.verifier!r}")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
+    path = compile_option(args.compile)
     if args.compare and args.batch_file:
         raise ValueError(
             "--compare decodes prompts one at a time: give --prompt or --prompts-file, not --batch-file"
@@ -148,7 +173,13 @@ def run(args: argparse.Namespace) -> int:
     target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
     depth = GrowShrink() if args.adaptive == "grow" else None
     decoder = TreeDecoder(
-        target, draft, tree, verifier=args.verifier, temperature=args.temperature, depth=depth
+        target,
+        draft,
+        tree,
+        verifier=args.verifier,
+        temperature=args.temperature,
+        depth=depth,
+        compile=path,
     )
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
     encoded = []
@@ -161,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         from mdsd.hf.comparison import TreeMethod
 
-        mdsd_method = TreeMethod(tree, args.verifier, depth, label=args.tree)
+        mdsd_method = TreeMethod(
+            tree, args.verifier, depth, label=args.tree, compile=path
+        )
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
     elif args.batch_file:

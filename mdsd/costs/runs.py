@@ -37,17 +37,18 @@ class TimedDecode:
 def time_decode(decoder, prompts: Sequence[Sequence[int]], max_new_tokens: int, seed: int) -> TimedDecode:
     """Decode ``prompts`` as one batch and time every step after the first.
 
-    After an untimed one-token warm-up the batch is decoded from one seed for ``max_new_tokens`` tokens, then
-    for 1 token: both runs make the same first step (prompt forwards included), so the difference of the
-    decoder's own ``timings["total"]`` is the time of the later steps. EOS ends rows as the decoder says
-    (build it with ``eos_token_id=[]`` for rows of equal length).
+    After an untimed warm-up decode of the same length (the fast path captures its steps there) the batch is
+    decoded from one seed for ``max_new_tokens`` tokens, then for 1 token: both runs make the same first
+    step (prompt forwards included), so the difference of the decoder's own ``timings["total"]`` is the
+    time of the later steps. EOS ends rows as the decoder says (build it with ``eos_token_id=[]`` for rows
+    of equal length).
     """
     dev = next(decoder.target.parameters()).device
 
     def run(n: int):
         return decoder.generate_batch(prompts, n, torch.Generator(device=dev).manual_seed(seed))
 
-    run(1)  # warm-up
+    run(max_new_tokens)  # warm-up
     outputs = run(max_new_tokens)
     first = run(1)
     seconds = outputs[0].timings["total"] - first[0].timings["total"]
@@ -107,6 +108,7 @@ def measure_overhead(
     max_new_tokens: int = 8,
     generator: torch.Generator | None = None,
     progress: bool = True,
+    compile: bool | str = False,
 ) -> Overhead:
     """Fit :class:`Overhead` to timed decodes: what the forwards predicted by the profiles leave unexplained.
 
@@ -118,6 +120,7 @@ def measure_overhead(
 
     Use at least two runs that differ in B (F + M). The profiles must cover the batches and the contexts
     from ``context`` to about ``context + max_new_tokens`` (checked before decoding, and again by the replay).
+    ``compile`` picks the decoder's path (:class:`mdsd.TreeDecoder`); fit it to profiles of the same path.
     """
     from scipy.optimize import nnls
     from tqdm import tqdm
@@ -141,7 +144,7 @@ def measure_overhead(
     for tree, B in tqdm(runs, desc=f"overhead {verifier}", disable=not progress, leave=False):
         prompts = torch.randint(vocab, (B, context), generator=generator, device=generator.device).tolist()
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
-        decoder = TreeDecoder(target, draft, tree, verifier, temperature, eos_token_id=[])
+        decoder = TreeDecoder(target, draft, tree, verifier, temperature, eos_token_id=[], compile=compile)
         timed = time_decode(decoder, prompts, max_new_tokens, seed)
         plan = _as_plan(tree)
         schedule = timed.schedule

@@ -113,6 +113,7 @@ class TreeMethod:
     label: str = ""
     source: object | None = None  # a training-free draft source (mdsd.drafters); tree None: the source alone
     retrieve: tuple[int, int] = (1, 4)
+    compile: bool | str = False  # the decoder's path (TreeDecoder(compile=...)): False eager, True fast
 
     @property
     def name(self) -> str:
@@ -132,6 +133,7 @@ class TreeMethod:
             depth=self.depth,
             source=self.source,
             retrieve=self.retrieve,
+            compile=self.compile,
         )
         device = next(check.target.parameters()).device
 

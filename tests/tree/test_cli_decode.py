@@ -125,3 +125,20 @@ def test_a_model_folder_without_a_tokenizer_is_named(model_dirs, tmp_path, capsy
     (bare / "config.json").write_text((target / "config.json").read_text())
     code = main(["decode", "--target", str(bare), "--draft", str(draft), "--prompt", "the cat"])
     assert code == 2 and "holds a model but no tokenizer" in capsys.readouterr().err
+
+
+def test_decode_on_the_fast_path_gives_the_eager_paths_greedy_text(model_dirs, capsys):
+    target, draft = model_dirs
+    common = ["decode", "--target", str(target), "--draft", str(draft), "--tree", "binary:2"]
+    common += ["--temperature", "0", "--prompt", "the cat sat", "--max-new-tokens", "8"]
+    texts = []
+    for extra in ([], ["--compile", "none"]):
+        assert main(common + extra) == 0
+        texts.append(capsys.readouterr().out.split("--- prompt 0: the cat sat\n", 1)[1].split("\n", 1)[0])
+    assert texts[0] == texts[1] and texts[0]
+
+
+def test_decode_refuses_an_unknown_compile_backend_before_loading(model_dirs, capsys):
+    target, draft = model_dirs
+    code = main(["decode", "--target", str(target), "--draft", str(draft), "--prompt", "a", "--compile", "fast"])
+    assert code == 2 and "--compile" in capsys.readouterr().err
