@@ -96,6 +96,12 @@ class Config:
     datastore: str = field(default="", metadata={"help": "datastore directory for +datastore methods"})
     profiles: str = field(default="", metadata={"help": "cost_model output directory for /rate methods"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
+    compile: str = field(
+        default="false",
+        metadata={
+            "help": "mdsd's path: false (eager), true (fast path), or a backend (mdsd decode --compile)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of prompt i's decode: seed + i"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
     output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
@@ -137,7 +143,7 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
 
 def make_method(spec: str, temperature: float, config: Config, tokenizer=None):
     """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
-    from mdsd.cli.decode import parse_tree
+    from mdsd.cli.decode import compile_option, parse_tree
     from mdsd.hf import HFAssisted, TreeMethod
     from mdsd.tree.adaptive import ExpectedRate, GrowShrink
 
@@ -172,7 +178,15 @@ def make_method(spec: str, temperature: float, config: Config, tokenizer=None):
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
     else:
         predicted = None
-    method = TreeMethod(tree, verifier, depth, label=spec, source=source, retrieve=tuple(config.retrieve))
+    method = TreeMethod(
+        tree,
+        verifier,
+        depth,
+        label=spec,
+        source=source,
+        retrieve=tuple(config.retrieve),
+        compile=compile_option(config.compile),
+    )
     return method, predicted
 
 

@@ -408,10 +408,10 @@ def test_step_forwards_and_the_replay_are_the_decoders(pair, tree, adaptive):
     finally:
         for h in handles:
             h.remove()
-    first_runs = 2 * 1  # the warm-up run and the one-token run each take one step
+    n = max(o.steps for o in timed.outputs)  # the warm-up decodes as long, from the same seed
     steps = _steps(calls)
-    assert len(steps) == first_runs + max(o.steps for o in timed.outputs)
-    ran = steps[1 : 1 + max(o.steps for o in timed.outputs)][1:]  # the long run, after its first step
+    assert len(steps) == 2 * n + 1  # the warm-up, the timed run and the one-token run
+    ran = steps[n : 2 * n][1:]  # the timed run, after its first step
     schedule = timed.schedule
     assert len(ran) == len(schedule) == timed.steps
     replayed = 0.0
@@ -560,3 +560,30 @@ def test_cost_model_writes_into_a_fresh_directory_under_runs_by_default(tmp_path
     assert second != first and not second.exists()
     named = module["output_dir"](module["Config"](output_dir="results/cost_model"))
     assert named == Path("results/cost_model")
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [Tree.kary([2, 2]), Tree((0, 0, 1, 1, 3, 2, 5)), DynamicTree(depth=3, k=2, expand=2, budget=4)],
+    ids=str,
+)
+def test_static_step_forwards_are_the_fast_paths(pair, tree, monkeypatch):
+    """On the fast path every step runs the forwards step_forwards(static=True) names: the draft reads its
+    whole pending block (depth + 1 tokens), then the expanded nodes; the target the root and its nodes."""
+    from mdsd.tree.static import StaticLM
+
+    target, draft = pair
+    calls, forward = [], StaticLM.forward
+
+    def record(self, ids, *args, **kwargs):
+        calls.append(("target" if self.model is target else "draft", ids.shape[0], ids.shape[1], 0))
+        return forward(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(StaticLM, "forward", record)
+    decoder = TreeDecoder(target, draft, tree, "rrs", 1.0, eos_token_id=[], compile="none")
+    decoder.generate_batch([[3, 1, 4, 1, 5], [9, 2]], 24, torch.Generator().manual_seed(0))
+    steps = _steps(calls)[1:]  # after the first step, which reads the prompts
+    expected_draft, expected_target = mdsd.costs.step_forwards(tree, static=True)
+    assert len(steps) >= 3
+    for draft_calls, (rows, tokens, _) in steps:
+        assert draft_calls == [(2, n) for n in expected_draft] and (rows, tokens) == (2, expected_target)

@@ -152,6 +152,17 @@ def test_batch_efficiency_quick(tmp_path):
     assert "| 0.6 | chain:3/single |" in (tmp_path / "summary.md").read_text()
 
 
+def test_batch_efficiency_quick_on_the_fast_path(tmp_path):
+    """--compile runs mdsd's methods on the fast path, counted by the decoder (one target forward a step)."""
+    methods = ["chain:3/single", "binary:1/rrs+lookup"]
+    flags = ("--max-new-tokens", "6", "--compile", "none", "--methods", *methods)
+    rows = run_script("batch_efficiency", tmp_path, *flags)["rows"]
+    assert [r["method"] for r in rows] == methods
+    for r in rows:
+        assert r["tokens"] == 4 * 6 and 0 < r["target_forwards"] <= r["tokens"]
+        assert r["tokens_per_forward"] == pytest.approx(r["tokens"] / r["target_forwards"])
+
+
 def test_batch_efficiency_verdicts_name_the_winner_and_overlapping_intervals():
     verdicts = runpy.run_path(str(EXPERIMENTS / "batch_efficiency.py"))["verdicts"]
 

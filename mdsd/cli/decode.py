@@ -192,9 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         from mdsd.hf.comparison import TreeMethod
 
-        mdsd_method = TreeMethod(
-            tree, args.verifier, depth, label=args.tree, compile=path
-        )
+        mdsd_method = TreeMethod(tree, args.verifier, depth, label=args.tree, compile=path)
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
     elif args.batch_file:

@@ -62,17 +62,21 @@ def _as_plan(tree: Tree | DynamicTree | Plan) -> Plan:
     raise TypeError(f"tree must be an mdsd.Tree, DynamicTree or Plan, got {type(tree).__name__}")
 
 
-def step_forwards(plan: Plan | Tree | DynamicTree) -> tuple[list[int], int]:
+def step_forwards(plan: Plan | Tree | DynamicTree, static: bool = False) -> tuple[list[int], int]:
     """New tokens per row of each draft forward of a decoding step (not the first) and of its target forward.
 
-    The draft first reads the two last emitted tokens, then the nodes expanded at each depth d >= 1; the
-    target reads the root and the forwarded nodes (mdsd.tree.draft.draft_tree, mdsd.tree.step.target_tree).
+    The draft first reads the last emitted tokens it has not seen — two on the eager path, its whole
+    pending block of depth + 1 on the fast path (``static``: fixed shapes) — then the nodes expanded at
+    each depth d >= 1; the target reads the root and the forwarded nodes (mdsd.tree.draft.draft_tree,
+    mdsd.tree.step.target_tree).
 
     >>> step_forwards(Tree.kary([2, 2])), step_forwards(DynamicTree(depth=3, k=2, expand=2, budget=5))
     (([2, 2], 7), ([2, 2, 2], 6))
+    >>> step_forwards(Tree.kary([2, 2]), static=True)
+    ([3, 2], 7)
     """
     plan = _as_plan(plan)
-    draft = [2]
+    draft = [plan.max_depth + 1 if static else 2]
     for d in range(1, plan.max_depth):
         size = sum(g.size for g in plan.groups_at(d))
         if not size:
@@ -84,7 +88,7 @@ def step_forwards(plan: Plan | Tree | DynamicTree) -> tuple[list[int], int]:
 def _step_parts(target_profile, draft_profile, plan, batch, context, overhead, extrapolate):
     if overhead is not None and not isinstance(overhead, Overhead):
         raise TypeError(f"overhead must be an Overhead or None, got {type(overhead).__name__}")
-    draft_tokens, target_tokens = step_forwards(plan)
+    draft_tokens, target_tokens = step_forwards(plan, static=draft_profile.path != "eager")
     draft = sum(draft_profile.seconds(batch, n, context, extrapolate) for n in draft_tokens)
     target = target_profile.seconds(batch, target_tokens, context, extrapolate)
     extra = overhead.seconds(plan, batch) if overhead is not None else 0.0
@@ -112,6 +116,7 @@ def step_seconds(
 
     (see the module docstring). A :class:`~mdsd.Tree` stands for its static plan (truncate it first for an
     adaptive depth), a :class:`~mdsd.DynamicTree` for its plan. Without ``overhead`` only the forwards count.
+    The forwards' shapes are those of the path the draft profile measured (:func:`step_forwards`).
 
     >>> prof = CostProfile.from_function(lambda b, t, c: 1.0 + t, [1], [1, 8], [0])
     >>> step_seconds(prof, prof, Tree.kary([2, 2]), batch=1, context=0)  # draft: 2, 2 tokens; target: 7

@@ -13,6 +13,10 @@ whatever the method, and reports per method
   accounting agrees with the hook;
 * **tokens/s** (Σ tokens / Σ seconds), and the target and draft forward totals.
 
+An mdsd method on the fast path (``TreeMethod(compile=...)``) replays captured steps, which call no model
+from Python, so the hook cannot see its forwards: its counts are the decoder's own (one target forward per
+step, ``draft_forwards``), which equal the hook's on the eager path (tested).
+
 >>> ratio, (low, high) = ratio_interval([6, 9], [3, 3])
 >>> ratio, round(low, 3), round(high, 3)
 (2.5, -3.853, 8.853)
@@ -260,10 +264,11 @@ def compare(
                 out = decode(ids, check.seed + i)
                 _synchronize(device)
                 seconds = time.perf_counter() - start
+            forwards = (n[0], n[1])
+            if getattr(method, "compile", False):  # captured steps run no Python forward: the decoder counts
+                forwards = (out.steps, out.draft_forwards)
             mine.append(
-                PromptRun(
-                    method.name, i, check.seed + i, len(out.tokens), out.steps, n[0], n[1], seconds, out
-                )
+                PromptRun(method.name, i, check.seed + i, len(out.tokens), out.steps, *forwards, seconds, out)
             )
             if progress is not None:
                 progress(method.name, i)

@@ -8,9 +8,9 @@ CUDA graph per batch size):
 * **Static caches** (:class:`mdsd.tree.static.StaticLM`): keys and values preallocated for the whole decode
   (the longest prompt, the budget and one step's slots), written at explicit slots; the accepted path is
   compacted by an in-place gather.
-* **Fixed shapes per plan.** The prompts are read first (all but each row's last token, one forward per
-  model), so every step has the same shapes: the target reads one token per row, the draft a block of
-  depth + 1 (left-padded). Finished rows stay in the batch as masked rows (their caches no longer
+* **Fixed shapes per plan.** The first step reads the prompts (eagerly, as the eager path does); every
+  later step has the same shapes: the target reads one token per row, the draft a block of depth + 1
+  (left-padded). Finished rows stay in the batch as masked rows (their caches no longer
   advance). A step's random numbers are one buffer of float64 uniforms, refilled by one ``uniform_`` per
   step and consumed in order (:class:`mdsd.sampling.UniformStream`), so nothing inside the step calls a
   generator.
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from mdsd.sampling import UniformStream
-from mdsd.tree.draft import Pending, causal
+from mdsd.tree.draft import Pending
 from mdsd.tree.ledger import Ledger, TreeDecodeOutput
 from mdsd.tree.plan import Plan
 from mdsd.tree.static import StaticLM, static_obstacle
@@ -111,6 +111,7 @@ class FastPath:
         depths = policy.start(B, full) if policy is not None else np.full(B, full)
         fork = getattr(dec.source, "fork", None)
         sources = [fork() if fork else dec.source for _ in range(B)]
+        prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
         while active.any():
             step_start = time.perf_counter()
             depth = int(depths[active].max())
@@ -121,7 +122,8 @@ class FastPath:
                 contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
                 state.retrieved.copy_(dec._retrieve(sources, contexts, dev))
             state.active.copy_(torch.from_numpy(active), non_blocking=True)
-            packed, forwards = self._run(state, depth, limited, generator)
+            packed, forwards = self._run(state, depth, limited, generator, prompts)
+            prompts = None
             summary = Summary.read(packed)  # the step's one synchronisation
             rows = np.flatnonzero(active)
             mine = summary.rows(rows)
@@ -137,13 +139,13 @@ class FastPath:
 
     def _prepare(self, rows_in: list[list[int]], max_new_tokens: int, dev: torch.device) -> _State:
         """The state for this decode, reusing the last one's caches (and so its captured steps) when the
-        batch size and the capacity match; the prompts read, all but each row's last token."""
+        batch size and the capacity match."""
         dec = self.decoder
         B, longest = len(rows_in), max(len(r) for r in rows_in)
         full = dec._plan(dec._depth_of(dec.tree))
         width = full.max_depth + 1  # the draft's pending block
-        region = 1 + full.num_nodes + width  # a step's slots in either cache
-        capacity = _ALIGN * math.ceil((longest + max_new_tokens + width + region) / _ALIGN)
+        region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
+        capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
         state = self._state
         if state is None or state.target.length.shape[0] != B or state.target.capacity < capacity:
             self._steps = {}
@@ -163,41 +165,43 @@ class FastPath:
                 retrieved,
             )
             self._state = state
-        last = torch.tensor([r[-1] for r in rows_in], dtype=torch.long, device=dev)
         for lm in (state.target, state.draft):
             if lm is not None:
-                _read_prompts(lm, [r[:-1] for r in rows_in], dev)
-        state.target_ids.copy_(last[:, None])
-        state.draft_ids.zero_()
-        state.draft_ids[:, -1] = last
-        state.draft_real.zero_()
-        state.draft_real[:, -1] = True
+                lm.length.zero_()
         state.limit.fill_(full.max_depth)
         return state
 
     # -- the step -----------------------------------------------------------------------------------------
 
-    def _run(self, state: _State, depth: int, limited: bool, generator) -> tuple[torch.Tensor, int]:
-        """One step with the plan of ``depth``: the packed summary and the draft forwards it ran."""
+    def _run(
+        self, state: _State, depth: int, limited: bool, generator, prompts: Pending | None
+    ) -> tuple[torch.Tensor, int]:
+        """One step with the plan of ``depth``: the packed summary and the draft forwards it ran. The first
+        step of a decode (``prompts``: it reads them) and the first step of each plan run eagerly; the
+        latter learns how many uniforms the plan's step takes, then the step is captured for later ones."""
         key = (depth, limited)
-        if key not in self._steps:  # the plan's first step runs eagerly, learns its uniforms, is captured
+        if prompts is not None or key not in self._steps:
             counter = UniformStream(generator=generator)
-            packed, forwards = self._step(state, self.decoder._plan(depth), limited, counter)
-            uniforms = torch.zeros(counter.used, dtype=torch.float64, device=packed.device)
-            self._steps[key] = (self._capture(state, depth, limited, uniforms), uniforms, forwards)
+            packed, forwards = self._step(state, self.decoder._plan(depth), limited, counter, prompts)
+            if key not in self._steps:
+                uniforms = torch.zeros(counter.used, dtype=torch.float64, device=packed.device)
+                self._steps[key] = (self._capture(state, depth, limited, uniforms), uniforms, forwards)
             return packed, forwards
         step, uniforms, forwards = self._steps[key]
         uniforms.uniform_(generator=generator)
         return step(), forwards
 
     def _step(
-        self, state: _State, plan: Plan, limited: bool, stream: UniformStream
+        self, state: _State, plan: Plan, limited: bool, stream: UniformStream, prompts: Pending | None = None
     ) -> tuple[torch.Tensor, int]:
         """The step itself (traced by the backends): decode, then commit both caches and write what the
-        models read next into the state, in place. Returns the packed summary and the draft forwards."""
+        models read next into the state, in place. Returns the packed summary and the draft forwards.
+        ``prompts``: the first step, which reads them (both models) instead of the state's tokens."""
         dec = self.decoder
         target_pending = Pending(state.target_ids, torch.ones_like(state.target_ids, dtype=torch.bool))
         draft_pending = Pending(state.draft_ids, state.draft_real)
+        if prompts is not None:
+            target_pending = draft_pending = prompts
         out, bad, forwards = decode_step(
             state.target,
             state.draft,
@@ -263,20 +267,3 @@ def _own_code(fn):
     return types.FunctionType(
         fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
     )
-
-
-def _read_prompts(lm: StaticLM, prompts: list[list[int]], dev: torch.device) -> None:
-    """Reset ``lm``'s caches and commit the tokens ``prompts`` (one per row, any lengths, maybe empty) in
-    one forward, right-padded."""
-    B = len(prompts)
-    lm.length.zero_()
-    lm.begin()
-    width = max(len(p) for p in prompts)
-    if width == 0:
-        return
-    ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], dtype=torch.long, device=dev)
-    count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)
-    real = torch.arange(width, device=dev)[None, :] < count[:, None]
-    positions = torch.arange(width, device=dev).expand(B, -1)
-    lm.forward(ids, causal(real), positions, 1, real)
-    lm.commit(torch.arange(width, device=dev).expand(B, -1), count)

@@ -414,6 +414,19 @@ def test_compare_greedy_methods_agree_and_bad_methods_are_named(pair):
     assert HFAssisted(num_assistant_tokens=5).name == "hf-assisted (num_assistant_tokens=5)"
 
 
+def test_the_fast_path_counts_the_forwards_the_hook_counts_on_the_eager_path(pair):
+    """A fast-path method's forwards are the decoder's own count (captured steps call no model from
+    Python); they equal what the hook counts for the same decodes on the eager path."""
+    target, draft = pair
+    eager = TreeMethod(Tree.kary([2, 1]), "rrs", label="eager")
+    fast = TreeMethod(Tree.kary([2, 1]), "rrs", label="fast", compile="none")
+    result = compare([eager, fast], PROMPTS, target, draft, 8, 0.0)
+    by_method = {name: [r for r in result.runs if r.method == name] for name in (eager.name, fast.name)}
+    for a, b in zip(*by_method.values(), strict=True):
+        assert a.output.tokens.tolist() == b.output.tokens.tolist()
+        assert (a.target_forwards, a.draft_forwards) == (b.target_forwards, b.draft_forwards) != (0, 0)
+
+
 # ---- mdsd decode --compare ---------------------------------------------------------------------------------
 
 WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]

@@ -140,5 +140,7 @@ def test_decode_on_the_fast_path_gives_the_eager_paths_greedy_text(model_dirs, c
 
 def test_decode_refuses_an_unknown_compile_backend_before_loading(model_dirs, capsys):
     target, draft = model_dirs
-    code = main(["decode", "--target", str(target), "--draft", str(draft), "--prompt", "a", "--compile", "fast"])
+    code = main(
+        ["decode", "--target", str(target), "--draft", str(draft), "--prompt", "a", "--compile", "fast"]
+    )
     assert code == 2 and "--compile" in capsys.readouterr().err

@@ -1,0 +1,391 @@
+"""The decoder's fast path on a GPU: forwards, decoding steps, profiles, host reads, the target's law.
+
+One script for one short GPU session (never part of CI). Sections, each guarded (a failure is recorded
+and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
+
+  env        torch, transformers, the card, copy bandwidth (the memory floor of a forward)
+  forwards   one forward of the Qwen2.5-1.5B / 0.5B-shaped pair (random weights, bf16) at B = 1 and 64:
+             mdsd's static forward eager and captured in a CUDA graph, beside transformers' StaticCache
+             forward captured in one CUDA graph (1 token)
+  decode     tokens/s, step time and the step's forwards timed alone (benchmarks/bench_decode.py) for
+             autoregressive decoding and the trees, fast path (CUDA graphs) at B = 1 and 64, eager at B = 1
+  profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
+  syncs      host synchronisations per step of the fast path (torch.cuda sync debug mode), tiny models
+  law        tiny float32 models on CUDA: greedy tokens equal on both paths; the first two tokens of
+             10,000 decodes per prompt on the fast path against the exact law (chi-square, as
+             tests/tree/test_lossless.py)
+  hf         Hugging Face generate (default cache, and cache_implementation="static", which compiles)
+
+    OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]
+    python3 benchmarks/gpu_fast.py --small     # tiny shapes on the CPU: checks the script itself
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_decode, beside this file
+import bench_decode  # noqa: E402
+
+import mdsd  # noqa: E402
+
+OUT = Path(os.environ.get("OUT") or "/tmp/gpu_out")
+SMALL = "--small" in sys.argv
+DEV = torch.device("cuda" if torch.cuda.is_available() and not SMALL else "cpu")
+FAST = "cudagraph" if DEV.type == "cuda" else "none"
+SHAPE = "tiny" if SMALL else "qwen"
+DTYPE = "bfloat16" if DEV.type == "cuda" else "float32"
+T0 = time.time()
+RES: dict = {"_times": {}}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def section(name, fn) -> None:
+    start = time.time()
+    try:
+        RES[name] = fn()
+    except Exception as err:  # one broken section must not hide the others
+        RES[name] = {"error": repr(err), "traceback": traceback.format_exc()[-3000:]}
+        log(f"{name} FAILED: {err!r}")
+    RES["_times"][name] = round(time.time() - start, 2)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "gpu_fast.json").write_text(json.dumps(RES, indent=1, default=str))
+    log(f"{name} done in {time.time() - start:.1f}s")
+
+
+def sync() -> None:
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def ms(fn, reps: int = 20) -> float:
+    """Median milliseconds of fn() after two warm-ups (CUDA events on a GPU)."""
+    fn()
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        if DEV.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            start = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - start))
+    return float(np.median(times))
+
+
+PAIR: dict = {}
+
+
+def pair():
+    if not PAIR:
+        shapes = bench_decode.SHAPES[SHAPE]
+        PAIR["target"] = bench_decode.build(shapes[0], 0, str(DEV), DTYPE)
+        PAIR["draft"] = bench_decode.build(shapes[1], 1, str(DEV), DTYPE)
+    return PAIR["target"], PAIR["draft"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+def env() -> dict:
+    import transformers
+
+    info = {"torch": torch.__version__, "transformers": transformers.__version__, "device": str(DEV)}
+    if DEV.type == "cuda":
+        prop = torch.cuda.get_device_properties(0)
+        info.update(gpu=prop.name, sms=prop.multi_processor_count)
+        x = torch.empty(2**28, dtype=torch.float32, device=DEV)
+        y = torch.empty_like(x)
+        info["copy_TBps"] = round(2 * x.numel() * 4 / (ms(lambda: y.copy_(x), 10) * 1e-3) / 1e12, 2)
+        del x, y
+    target, draft = pair()
+    for who, m in (("target", target), ("draft", draft)):
+        info[f"{who}_parameters"] = sum(p.numel() for p in m.parameters())
+    if "copy_TBps" in info:
+        for who in ("target", "draft"):
+            info[f"{who}_floor_ms"] = info[f"{who}_parameters"] * 2 / (info["copy_TBps"] * 1e12) * 1e3
+    return info
+
+
+def forwards() -> list[dict]:
+    from mdsd.tree.compiled import capture
+    from mdsd.tree.draft import causal
+    from mdsd.tree.static import StaticLM
+
+    rows = []
+    context = 64 if SMALL else 256
+    for who, model in zip(("target", "draft"), pair(), strict=True):
+        vocab = model.config.vocab_size
+        for B in (1, 64):
+            lm = StaticLM(model, B, context + 64)
+            real = torch.ones(B, context, dtype=torch.bool, device=DEV)
+            ids = torch.randint(vocab, (B, context), device=DEV)
+            lm.forward(ids, causal(real), torch.arange(context, device=DEV).expand(B, -1), 1, real)
+            lm.commit(torch.arange(context, device=DEV).expand(B, -1), torch.full((B,), context, device=DEV))
+            for t in (1, 5, 16):
+                new = torch.randint(vocab, (B, t), device=DEV)
+                block = torch.ones(B, t, dtype=torch.bool, device=DEV)
+                vis, pos = causal(block), context + torch.arange(t, device=DEV).expand(B, -1)
+
+                def run(new=new, vis=vis, pos=pos, t=t, block=block, lm=lm):
+                    lm.begin()
+                    return lm.forward(new, vis, pos, t, block)[0]
+
+                eager = ms(run, 10)
+                graph = ms(capture(run, FAST), 30)
+                rows.append(
+                    dict(model=who, B=B, tokens=t, context=context, eager_ms=eager, captured_ms=graph)
+                )
+                log(f"forward {who} B={B} t={t}: eager {eager:.2f} ms, captured {graph:.2f} ms")
+            del lm
+    if DEV.type == "cuda":  # transformers' StaticCache forward in one CUDA graph, side by side
+        from transformers import StaticCache
+
+        for who, model in zip(("target", "draft"), pair(), strict=True):
+            row = dict(model=who, B=1, tokens=1, context=context)
+            try:
+                try:
+                    cache = StaticCache(config=model.config, max_cache_len=context + 64)
+                except TypeError:
+                    cache = StaticCache(
+                        config=model.config,
+                        max_batch_size=1,
+                        max_cache_len=context + 64,
+                        device=DEV,
+                        dtype=model.dtype,
+                    )
+                kw = mdsd.tree.cache.cache_keywords(model, cache)
+                prefix = torch.randint(model.config.vocab_size, (1, context), device=DEV)
+                model(
+                    input_ids=prefix, cache_position=torch.arange(context, device=DEV), use_cache=True, **kw
+                )
+                ids = torch.randint(model.config.vocab_size, (1, 1), device=DEV)
+                position = torch.tensor([context], device=DEV)
+
+                def hf(model=model, ids=ids, position=position, kw=kw):
+                    return model(input_ids=ids, cache_position=position, use_cache=True, **kw).logits
+
+                row["hf_static_eager_ms"] = ms(hf, 10)
+                row["hf_static_captured_ms"] = ms(mdsd.tree.compiled.capture(hf, "cudagraph"), 30)
+                log(f"forward {who} HF StaticCache: {row}")
+            except Exception as err:
+                row["hf_static_error"] = repr(err)[:300]
+            rows.append(row)
+    return rows
+
+
+METHODS = [("none", "none"), ("chain:4", "single"), ("binary:3", "rrsw"), ("dynamic:8,2,3,24", "rrsw")]
+
+
+def decode() -> list[dict]:
+    target, draft = pair()
+    vocab = target.config.vocab_size
+    new = 16 if SMALL else 64
+    cfg = bench_decode.Config(
+        device=str(DEV), dtype=DTYPE, max_new_tokens=new, prompt_tokens=64, repeats=10, verifier="rrsw"
+    )
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(vocab, (64, cfg.prompt_tokens), generator=gen).tolist()
+    runs = [(FAST, spec, B) for spec, _ in METHODS for B in (1, 64)]
+    runs += [("eager", "none", 1), ("eager", "chain:4", 1)]
+    rows = []
+    for path, spec, B in runs:
+        row = {"path": path, "tree": spec, "batch": B}
+        try:
+            dec = bench_decode._decoder(target, draft, spec, cfg, path)
+            timed = mdsd.costs.time_decode(dec, prompts[:B], new, 0)
+            context = int(np.mean([c for _, c, _ in timed.schedule]))
+            shapes = bench_decode.step_shapes(dec, prompts[:B], new)
+            fwd = bench_decode.forwards_seconds(dec, shapes, context, cfg, path)
+            step = timed.seconds / timed.steps
+            row.update(
+                steps=timed.steps,
+                tokens_per_step=timed.tokens / (timed.steps * B),
+                tokens_per_second=timed.tokens / timed.seconds,
+                step_ms=1e3 * step,
+                forwards_ms=1e3 * fwd,
+                host_ms=1e3 * (step - fwd),
+                step_over_forwards=step / fwd,
+                forwards=" ".join(f"{w[0]}{b}x{t}" for w, b, t in shapes),
+            )
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        log(
+            f"decode {path} {spec} B={B}: "
+            + json.dumps(
+                {k: row.get(k) for k in ("tokens_per_second", "step_ms", "forwards_ms", "error")}, default=str
+            )
+        )
+    return rows
+
+
+def profiles() -> dict:
+    target, draft = pair()
+    tokens = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 25, 32] if not SMALL else [1, 5, 16]
+    grid = dict(batches=[1, 4, 16, 64], tokens=tokens, contexts=[128, 512] if not SMALL else [32], repeats=5)
+    out = {}
+    for who, model in (("target", target), ("draft", draft)):
+        prof = mdsd.measure_profile(model, progress=False, compile=FAST, **grid)
+        path = prof.save(OUT / f"profile_{who}_static.json")
+        out[who] = {
+            "path": str(path),
+            "B1_ms": {t: round(1e3 * prof.seconds(1, t, grid["contexts"][0]), 3) for t in tokens},
+        }
+        log(f"profile {who}: {out[who]['B1_ms']}")
+    return out
+
+
+def syncs() -> list[dict]:
+    if DEV.type != "cuda":
+        return [{"skipped": "no CUDA"}]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tiny_lms import perturbed, tiny_lm
+
+    from mdsd.cli.decode import parse_tree
+
+    target = tiny_lm(0, vocab=1000).to(DEV)
+    draft = perturbed(target, 0.5, seed=1).to(DEV)
+    rows = []
+    prompt = torch.randint(1000, (1, 16), device=DEV)
+    for spec, name in [
+        ("chain:4", "single"),
+        ("binary:3", "rrsw"),
+        ("binary:3", "kseq"),
+        ("binary:3", "spechub"),
+        ("binary:3", "optimal"),
+        ("dynamic:4,2,2,8", "rrs"),
+        ("chain:4", "block"),
+        ("binary:2", "traversal"),
+    ]:
+        row = {"tree": spec, "verifier": name}
+        try:
+            dec = mdsd.TreeDecoder(target, draft, parse_tree(spec), name, 0.8, eos_token_id=[], compile=True)
+            dec.generate(prompt, 32, torch.Generator(device=DEV).manual_seed(0))  # captures
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    out = dec.generate(prompt, 32, torch.Generator(device=DEV).manual_seed(1))
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            found = [str(w.message)[:90] for w in caught if "synchroniz" in str(w.message)]
+            row.update(steps=out.steps, syncs=len(found), per_step=len(found) / out.steps)
+            row["kinds"] = sorted(set(found))[:4]
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        log(f"syncs {spec} {name}: {row.get('per_step', row.get('error'))}")
+    return rows
+
+
+def law() -> list[dict]:
+    from scipy.stats import chisquare
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tiny_lms import perturbed, tiny_lm
+
+    from mdsd import Tree
+
+    target = tiny_lm(0).to(DEV)
+    draft = perturbed(target, 0.3, seed=1).to(DEV)
+    prompts = ([3, 1, 4], [7])
+    rows = []
+    for name, tree in (
+        ("rrsw", Tree((0, 0, 0, 1, 1, 2))),
+        ("kseq", Tree((0, 0, 0, 1, 1, 2))),
+        ("spechub", Tree((0, 0, 1, 1, 2))),
+        ("optimal", Tree((0, 0, 0, 1, 1, 2))),
+    ):
+        row = {"verifier": name}
+        try:
+            greedy = [
+                mdsd.TreeDecoder(target, draft, tree, name, 0.0, eos_token_id=[], compile=c).generate_batch(
+                    [[3, 1, 4], [7, 2]], 24
+                )
+                for c in (False, True)
+            ]
+            row["greedy_equal"] = [o.tokens.tolist() for o in greedy[0]] == [
+                o.tokens.tolist() for o in greedy[1]
+            ]
+            dec = mdsd.TreeDecoder(target, draft, tree, name, 1.0, eos_token_id=[], compile=True)
+            n = 10_000
+            outs = dec.generate_batch(
+                [prompts[i % 2] for i in range(2 * n)], 2, torch.Generator(device=DEV).manual_seed(17)
+            )
+            pvalues = []
+            for i, prompt in enumerate(prompts):
+                with torch.no_grad():
+                    first = target(torch.tensor([prompt], device=DEV)).logits[0, -1].double().cpu()
+                    V = first.shape[-1]
+                    second = (
+                        target(torch.tensor([[*prompt, t] for t in range(V)], device=DEV))
+                        .logits[:, -1]
+                        .double()
+                        .cpu()
+                    )
+                exact = (torch.softmax(first, -1)[:, None] * torch.softmax(second, -1)).numpy().ravel() * n
+                got = np.array([o.tokens.tolist() for o in outs[i::2]])
+                counts = np.bincount(got[:, 0] * V + got[:, 1], minlength=V * V).astype(float)
+                small = exact < 5  # pooled into one cell, as tests/tree/test_lossless.py does
+                obs, exp = counts[~small], exact[~small]
+                if small.any():
+                    obs, exp = np.append(obs, counts[small].sum()), np.append(exp, exact[small].sum())
+                pvalues.append(float(chisquare(obs, exp).pvalue))
+            row["chi2_p"] = pvalues
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        log(f"law {name}: {row}")
+    return rows
+
+
+def hf() -> list[dict]:
+    target, _ = pair()
+    cfg = bench_decode.Config(device=str(DEV), max_new_tokens=16 if SMALL else 64, temperature=0.6)
+    prompt = torch.randint(target.config.vocab_size, (1, 64), device=DEV)
+    rows = []
+    for static in (False, True):
+        row = {"method": "hf-generate-static" if static else "hf-generate"}
+        try:
+            row["tokens_per_second"] = bench_decode.hf_generate(target, prompt, cfg, static)
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        log(f"hf {row}")
+    return rows
+
+
+PLAN = [
+    ("env", env),
+    ("forwards", forwards),
+    ("decode", decode),
+    ("profiles", profiles),
+    ("syncs", syncs),
+    ("law", law),
+    ("hf", hf),
+]
+
+if __name__ == "__main__":
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for name, fn in PLAN:
+        if not only or name in only:
+            section(name, fn)
+    log("all done")
+    print(json.dumps(RES["_times"]))
