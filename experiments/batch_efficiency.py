@@ -59,7 +59,7 @@ import mdsd
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.hf.comparison import interval, intervals_overlap
 from mdsd.sweep import per_process, run_tasks
-from mdsd.tree.decoder import PATH_RULES
+from mdsd.verifiers.registry import path_rule
 
 DEFAULT_METHODS = (
     "hf-autoregressive",
@@ -173,7 +173,7 @@ def make_method(spec: str, temperature: float, config: Config, tokenizer=None):
         else:
             raise ValueError(f"method {spec!r}: the policy must be grow or rate")
     source = _source(source_spec, config, tokenizer) if source_spec else None
-    if isinstance(tree, mdsd.Tree) and depth is None and source is None and verifier not in PATH_RULES:
+    if isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None:
         a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
     else:

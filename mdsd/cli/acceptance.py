@@ -22,9 +22,7 @@ import numpy as np
 from mdsd.cli.optimal import add_pair_arguments, read_pair
 from mdsd.otm import optimal_acceptance
 from mdsd.validation import as_pair
-from mdsd.verifiers import VERIFIERS, estimate_acceptance, supports, verifier, verifier_class
-
-NAMES = (*VERIFIERS, "optimal:wor")  # every verifier, and the optimal one for drafts without replacement
+from mdsd.verifiers import estimate_acceptance, supports, verifier, verifier_class, verifier_names
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +57,7 @@ def acceptance_rows(
     law's optimum and the gap (None where the OTM solvers refuse q, with ``optimum_note``). A skipped
     entry per verifier that cannot run here: verifier, k and reason."""
     rows, skipped = [], []
-    for name in NAMES:
+    for name in verifier_names(paths=False):  # every node verifier, with each law it takes by name
         kk = _k_for(name, k)
         if kk is None:
             skipped.append({"verifier": name, "k": k, "reason": f"{name} does not run with k = {k}"})

@@ -147,11 +147,12 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.hf import load_pair, pair_paths, require_hf
     from mdsd.tree.adaptive import GrowShrink
-    from mdsd.tree.decoder import decodable, verifier_names
+    from mdsd.verifiers.registry import check_name
 
-    if not decodable(args.verifier):  # before any model is loaded
-        choices = ", ".join(verifier_names())
-        raise ValueError(f"--verifier must be one of {choices}; got {args.verifier!r}")
+    try:  # before any model is loaded
+        check_name(args.verifier)
+    except ValueError as err:
+        raise ValueError(f"--verifier: {err}") from None
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
     path = compile_option(args.compile)

@@ -25,18 +25,23 @@ import torch
 from mdsd.sampling import inverse_cdf
 from mdsd.sequence.drafts import enumerate_drafts, node_laws
 from mdsd.sequence.models import SequenceModel, check_pair
-from mdsd.tree import Tree
+from mdsd.tree.tree import Tree
 from mdsd.validation import as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
 from mdsd.verifiers.reference import draw_index
+from mdsd.verifiers.registry import PathRule, register_path_rule
 
 __all__ = [
     "block_verify",
     "block_verify_with",
+    "block_verify_unchecked",
     "reference_block_verify",
     "block_step_law",
     "block_tokens_per_step",
 ]
+
+# The tree decoder's verifier="block": a Tree.chain, one draft per node (single-draft's law).
+register_path_rule(PathRule("block", drafts_with="single", chains_only=True))
 
 
 def _inputs(p: object, q: object, tokens: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -89,7 +94,7 @@ def block_verify(
     """
     pt, qt, tt = _inputs(p, q, tokens)
     u = draw_uniforms((tt.shape[0],), tt.shape[1], generator, pt.device)
-    return _verify(pt, qt, tt, u)
+    return block_verify_unchecked(pt, qt, tt, u)
 
 
 def block_verify_with(
@@ -97,12 +102,15 @@ def block_verify_with(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`block_verify` with given uniforms (``accept`` [B, L], ``residual`` [B])."""
     pt, qt, tt = _inputs(p, q, tokens)
-    return _verify(pt, qt, tt, uniforms)
+    return block_verify_unchecked(pt, qt, tt, uniforms)
 
 
-def _verify(
+def block_verify_unchecked(
     p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, u: Uniforms
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel of :func:`block_verify`: p [B, L + 1, V], q [B, L, V] of one dtype and device, tokens
+    [B, L] int64 drawn from q, uniforms ``u`` (``accept`` [B, L], ``residual`` [B]). No validation, no
+    host synchronisation (what the tree decoder calls inside its loop)."""
     B, L = tokens.shape
     index = tokens.unsqueeze(-1)
     px = p[:, :L].gather(-1, index)[..., 0].double()  # p_{i-1}(X_i) [B, L]

@@ -34,19 +34,24 @@ import torch
 from mdsd.sampling import inverse_cdf
 from mdsd.sequence.drafts import enumerate_drafts, node_laws, node_paths
 from mdsd.sequence.models import SequenceModel, check_pair
-from mdsd.tree import Tree
+from mdsd.tree.tree import Tree
 from mdsd.validation import as_probability_tensor
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
 from mdsd.verifiers.reference import draw_index
+from mdsd.verifiers.registry import PathRule, register_path_rule
 
 __all__ = [
     "TRAVERSAL_LAWS",
     "traversal_verify",
     "traversal_verify_with",
+    "traversal_verify_unchecked",
     "reference_traversal_verify",
     "traversal_step_law",
     "traversal_tokens_per_step",
 ]
+
+# The tree decoder's verifier="traversal": a static tree whose children are drawn i.i.d. (RRS's law).
+register_path_rule(PathRule("traversal", drafts_with="rrs", chains_only=False))
 
 TRAVERSAL_LAWS = ("without_replacement", "iid")  # the children's law; Traversal Verification's own: the first
 
@@ -160,7 +165,7 @@ def traversal_verify(
     """
     pt, qt, tree, tt, wor = _inputs(p, q, tree, node_tokens, law)
     u = draw_uniforms((pt.shape[0],), tree.num_nodes, generator, pt.device)
-    return _verify(pt, qt, tree, tt, wor, u)
+    return traversal_verify_unchecked(pt, qt, tree, tt, wor, u)
 
 
 def traversal_verify_with(
@@ -173,7 +178,7 @@ def traversal_verify_with(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`traversal_verify` with given uniforms (``accept`` [B, N], ``residual`` [B])."""
     pt, qt, tree, tt, wor = _inputs(p, q, tree, node_tokens, law)
-    return _verify(pt, qt, tree, tt, wor, uniforms)
+    return traversal_verify_unchecked(pt, qt, tree, tt, wor, uniforms)
 
 
 def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
@@ -218,7 +223,13 @@ def _walk(p, q, tree, tokens, wor, visit) -> torch.Tensor:
     return target
 
 
-def _verify(p, q, tree, tokens, wor, u: Uniforms):
+def traversal_verify_unchecked(
+    p: torch.Tensor, q: torch.Tensor, tree: Tree, tokens: torch.Tensor, wor: bool, u: Uniforms
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel of :func:`traversal_verify`: p [B, N, V], q [B, M, V] (internal nodes in increasing
+    order), node tokens [B, N] int64, ``wor`` whether siblings were drawn without replacement, uniforms
+    ``u`` (``accept`` [B, N], ``residual`` [B]). No validation, no host synchronisation (what the tree
+    decoder calls inside its loop)."""
     B = p.shape[0]
     alive = torch.ones(B, dtype=torch.bool, device=p.device)
     accepted = torch.zeros(B, dtype=torch.long, device=p.device)

@@ -38,11 +38,11 @@ from mdsd.tree.ledger import Ledger, TreeDecodeOutput
 from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
 from mdsd.tree.step import Rule, Summary, decode_step
 from mdsd.tree.tree import Tree
+from mdsd.verifiers.registry import check_name, path_rule, verifier
 
 __all__ = ["TreeDecoder", "TreeDecodeOutput"]
 
 PHASES = ("draft", "target", "verify", "cache")
-PATH_RULES = ("block", "traversal")  # sequence-level verifiers (mdsd.sequence) the decoder runs
 
 
 class TreeDecoder:
@@ -61,11 +61,12 @@ class TreeDecoder:
         :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities (None: no model
         tree, with ``draft=None``).
     verifier : str
-        A name of ``mdsd.VERIFIERS`` (or ``NAME:LAW``, e.g. "optimal:wor"); a node with k children is
-        verified by ``mdsd.verifier(verifier, k)`` (by single-draft verification when the verifier has no
-        k = 1 form). Or a sequence-level rule of :mod:`mdsd.sequence` that verifies the whole tree of a
-        step at once: "block" (block verification of a ``Tree.chain``) or "traversal" (Traversal
-        Verification of a static tree whose children are drawn i.i.d.).
+        One of :func:`mdsd.verifiers.verifier_names`: a name of ``mdsd.VERIFIERS`` (or ``NAME:LAW``, e.g.
+        "optimal:wor"), whose ``mdsd.verifier(verifier, k)`` verifies a node with k children (single-draft
+        verification when the verifier has no k = 1 form); or a sequence-level rule of
+        :mod:`mdsd.sequence` that verifies the whole tree of a step at once ("block": block verification of
+        a ``Tree.chain``; "traversal": Traversal Verification of a static tree whose children are drawn
+        i.i.d.), drafting with the law of its registered node verifier.
     temperature : float
         Sampling temperature T >= 0 for both models; 0 is greedy decoding (no verifier is used).
     eos_token_id : int, list of int or None
@@ -144,17 +145,19 @@ class TreeDecoder:
         self.temperature = float(temperature)
         self.vocab_size = _shared_vocab_size(target, draft if draft is not None else target)
         self.verifier_name = verifier
-        self.paths = verifier if verifier in PATH_RULES else None  # a sequence-level rule
-        if self.paths is not None and (
-            not isinstance(self.tree, Tree) or source is not None or depth is not None
-        ):
+        check_name(verifier)
+        rule = path_rule(verifier)  # a sequence-level rule (mdsd.sequence), or None: node-wise verification
+        self.paths = None if rule is None else rule.name
+        if rule is not None and (not isinstance(self.tree, Tree) or source is not None or depth is not None):
             raise ValueError(
                 f"verifier {verifier!r} verifies a whole static mdsd.Tree per step: no DynamicTree, "
                 "source or depth policy"
             )
-        if verifier == "block" and bool((self.tree.branching > 1).any()):
-            raise ValueError("verifier 'block' verifies a chain (Tree.chain(L)); use 'traversal' for a tree")
-        self.verifiers = _node_verifiers(verifier, self.plan, self.temperature)
+        if rule is not None and rule.chains_only and bool((self.tree.branching > 1).any()):
+            raise ValueError(f"verifier {verifier!r} verifies a chain (Tree.chain(L)), not a tree")
+        self.verifiers = _node_verifiers(
+            verifier if rule is None else rule.drafts_with, self.plan, self.temperature
+        )
         widest = max(self.plan.widths, default=0)
         if widest > self.vocab_size:
             raise ValueError(
@@ -385,38 +388,8 @@ def _shared_vocab_size(target: torch.nn.Module, draft: torch.nn.Module) -> int:
     return sizes["target"][0]
 
 
-def verifier_names() -> tuple[str, ...]:
-    """The verifier names the decoder takes, as listed to users: the registry, "optimal:wor" (any
-    ``NAME:LAW`` / ``NAME-LAW`` of :func:`mdsd.verifier` is taken too) and the path rules."""
-    from mdsd.verifiers import VERIFIERS
-
-    return (*VERIFIERS, "optimal:wor", *PATH_RULES)
-
-
-def decodable(name: str) -> bool:
-    """Whether the decoder runs verifier ``name`` (a path rule, or a name :func:`mdsd.verifier` takes)."""
-    from mdsd.verifiers import verifier_class
-
-    if name in PATH_RULES:
-        return True
-    try:
-        verifier_class(name)
-    except ValueError:
-        return False
-    return True
-
-
 def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
-    """{k: the verifier of a node with k children}; the name is checked whatever the tree (none at T = 0).
-
-    The path rules draft with the law they verify: "block" one draft per node, "traversal" i.i.d. children
-    (the drafting kernels of "single" and "rrs")."""
-    from mdsd.verifiers import verifier
-
-    if not decodable(name):
-        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(verifier_names())}")
-    if name in PATH_RULES:
-        name = "single" if name == "block" else "rrs"
+    """{k: the verifier of a node with k children} for the node verifier ``name`` (none at T = 0)."""
     if temperature == 0:
         return {}
     out = {}

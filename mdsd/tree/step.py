@@ -148,8 +148,8 @@ def verify_paths(
     accepted children and the next token the stop token of a, so :func:`walk` emits
     ``tokens[path]`` then the next token, as the rule's step law says (MATH.md §7).
     """
-    from mdsd.sequence.block import _verify as block_kernel
-    from mdsd.sequence.traversal import _verify as traversal_kernel
+    from mdsd.sequence.block import block_verify_unchecked as block_kernel
+    from mdsd.sequence.traversal import traversal_verify_unchecked as traversal_kernel
     from mdsd.verifiers.ops import draw_uniforms
 
     B, N = drafted.tokens.shape

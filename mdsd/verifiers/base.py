@@ -97,6 +97,7 @@ class Verifier(ABC):
     name: ClassVar[str] = "verifier"
     supported_k: ClassVar[frozenset[int] | None] = None
     sync_free: ClassVar[bool] = True  # the kernels never wait for the device (False: they read values back)
+    laws: ClassVar[tuple[str, ...]] = ()  # draft laws it takes by name (NAME:LAW), default first; (): fixed
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
@@ -110,6 +111,17 @@ class Verifier(ABC):
     def supports_k(cls, k: int) -> bool:
         """Whether this verifier runs with ``k`` drafts."""
         return cls.supported_k is None or k in cls.supported_k
+
+    @classmethod
+    def check_law(cls, law: str, spelled: str) -> None:
+        """Raise ``ValueError`` unless this verifier takes the draft law named ``law`` (from the verifier
+        name ``spelled``, e.g. "optimal:wor")."""
+        if law not in cls.laws:
+            if not cls.laws:
+                raise ValueError(f"verifier {spelled!r}: {cls.name!r} has a fixed draft law, it takes none")
+            raise ValueError(
+                f"verifier {spelled!r}: unknown draft law {law!r}; {cls.name!r} takes {', '.join(cls.laws)}"
+            )
 
     def _uniform_columns(self) -> int:
         """Columns of ``Uniforms.accept`` one draft tuple consumes (default k; hook for wider rules)."""
@@ -126,6 +138,18 @@ class Verifier(ABC):
     @abstractmethod
     def _acceptance(self, p: np.ndarray, q: np.ndarray) -> float:
         """Exact acceptance of one pair [n] whose q has at least ``law.min_support()`` positive tokens."""
+
+    @abstractmethod
+    def _output_law(self, p: np.ndarray, q: np.ndarray, drafts: tuple[int, ...]) -> np.ndarray:
+        """Exact law [n] of the emitted token given the drafts, float64, for one non-degenerate pair."""
+
+    @abstractmethod
+    def _reference(
+        self, p: np.ndarray, q: np.ndarray, drafts: list[int], accept: np.ndarray, residual: float
+    ) -> int:
+        """The slow float64 reference: the token emitted for one non-degenerate row and its uniforms
+        (``accept`` [columns], ``residual``), a plain loop that the kernel must match exactly
+        (:func:`mdsd.verifiers.reference.reference_verify`)."""
 
     @abstractmethod
     def _verify(self, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,6 +179,30 @@ class Verifier(ABC):
         if np.count_nonzero(qa) < self.law.min_support():
             return float(pa[top_tokens(qa, self.k)].sum())
         return float(self._acceptance(pa, qa))
+
+    def output_law(self, p: object, q: object, drafts: object) -> np.ndarray:
+        """The exact law of the emitted token Y given the drafts x̄, for one pair p, q [n] (float64 [n]):
+
+        .. math:: r(y \\mid \\bar x) = P(Y = y \\mid \\bar x), \\qquad
+                  \\sum_{\\bar x} Q(\\bar x)\\, r(\\cdot \\mid \\bar x) = p \\ \\text{(lossless)}.
+
+        On a degenerate pair (q has fewer than ``law.min_support()`` positive tokens) it is p (the
+        degenerate rule of the module docstring). This is the law the exact tests enumerate and
+        :mod:`mdsd.sequence.nodewise` composes into a tree's step law.
+
+        >>> from mdsd.verifiers import verifier
+        >>> verifier("single", 1).output_law([0.5, 0.5], [1.0, 0.0], [0]).tolist()
+        [0.5, 0.5]
+        """
+        pa, qa = as_pair(p, q)
+        if pa.ndim != 1:
+            raise ValueError(f"output_law takes one pair of vectors [n]; got p, q of shape {pa.shape}")
+        xs = tuple(int(x) for x in np.asarray(drafts).reshape(-1))
+        if len(xs) != self.k or not all(0 <= x < qa.size for x in xs):
+            raise ValueError(f"drafts must be {self.k} tokens in [0, {qa.size}); got {list(xs)}")
+        if np.count_nonzero(qa) < self.law.min_support():
+            return pa.copy()
+        return self._output_law(pa, qa, xs)
 
     def vocabulary_obstacle(self, n: int) -> str | None:
         """Why this verifier cannot run on a vocabulary of ``n`` tokens (its law draws more distinct

@@ -9,10 +9,13 @@ from mdsd.laws import Greedy
 from mdsd.sampling import top_k
 from mdsd.verifiers.base import Rows, Verifier, collapse
 from mdsd.verifiers.ops import mass_outside, take, top_tokens
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["GreedyVerifier"]
 
 
+@register
 class GreedyVerifier(Verifier):
     r"""Single-draft speculative sampling of the random draft x against q' = q restricted to V∖T.
 
@@ -42,6 +45,24 @@ class GreedyVerifier(Verifier):
         off = np.ones(q.size, dtype=bool)
         off[top] = False
         return float(p[top].sum() + np.minimum(p[off], q[off] / q[off].sum()).sum())
+
+    def _output_law(self, p, q, drafts):
+        x, rest = drafts[-1], self._off_top(q, drafts)
+        a = ratio(p[x], rest[x])
+        return a * onehot(p.size, x) + (1 - a) * normalized(np.maximum(p - rest, 0.0), p)
+
+    def _reference(self, p, q, drafts, accept, residual):
+        x, rest = drafts[-1], self._off_top(q, drafts)
+        if accept[-1] * rest[x] < p[x]:
+            return x
+        return draw_index(normalized(np.maximum(p - rest, 0.0), p), residual)
+
+    @staticmethod
+    def _off_top(q, drafts):
+        """q' = q restricted to V∖T (T: the first k − 1 drafts), renormalised."""
+        rest = q.copy()
+        rest[list(drafts[:-1])] = 0.0
+        return rest / rest.sum()
 
     def _check_law_drafts(self, q, drafts, rows):
         same = (drafts.unsqueeze(-1) == drafts.unsqueeze(-2)).sum((-1, -2))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 from mdsd.laws import IID
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.ops import take
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["KSeqVerifier", "kseq_rho", "GRID_BITS", "stage_bits"]
 
@@ -75,6 +79,35 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     return hi.reshape(shape), beta.reshape(shape), pacc.reshape(shape)
 
 
+@functools.lru_cache(maxsize=4096)
+def _terms(p: bytes, q: bytes, k: int) -> tuple[float, float, float]:
+    """ρ, β, p_acc of one pair (float64 bytes) by :func:`kseq_rho`, the sampler's bisection: the output
+    law reuses them for every draft tuple of the pair."""
+    pt, qt = (torch.from_numpy(np.frombuffer(b, dtype=np.float64).copy()) for b in (p, q))
+    return tuple(float(t) for t in kseq_rho(pt, qt, k))
+
+
+def _reference_rho(p: np.ndarray, q: np.ndarray, k: int) -> float:
+    """ρ by plain bisection of g(ρ) = 1 − (1 − β(ρ))^k − ρ β(ρ) over [1, k], on the float64 grid of
+    :func:`kseq_rho` (1 + (k − 1) j / 2^48): the reference's own loop."""
+
+    def g(rho):
+        b = np.minimum(p / rho, q).sum()
+        return 1.0 - (1.0 - b) ** k - rho * b
+
+    lo, hi = 1.0, float(k)
+    if g(lo) <= 0:
+        return lo
+    for _ in range(GRID_BITS[torch.float64]):
+        mid = 0.5 * (lo + hi)
+        if g(mid) <= 0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@register
 class KSeqVerifier(Verifier):
     r"""K-SEQ: accept the first x_i with U_i ≤ p(x_i)/(ρ q(x_i)); else draw norm((p − γ min(p/ρ, q))+).
 
@@ -112,6 +145,25 @@ class KSeqVerifier(Verifier):
         d = np.maximum(q - p / rho, 0.0) / (1.0 - b)
         landed = (r / r.sum() * (1.0 - (1.0 - np.minimum(d, 1.0)) ** self.k)).sum()
         return float(pacc + (1.0 - pacc) * landed)
+
+    def _output_law(self, p, q, drafts):
+        rho, beta, pacc = _terms(p.tobytes(), q.tobytes(), self.k)
+        out, alive = np.zeros(p.size), 1.0
+        for x in drafts:
+            a = ratio(p[x], rho * q[x])
+            out += alive * a * onehot(p.size, x)
+            alive *= 1 - a
+        gamma = pacc / beta if beta > 0 else rho
+        return out + alive * normalized(np.maximum(p - gamma * np.minimum(p / rho, q), 0.0), p)
+
+    def _reference(self, p, q, drafts, accept, residual):
+        rho = _reference_rho(p, q, self.k)
+        for i, x in enumerate(drafts):
+            if accept[i] * rho * q[x] < p[x]:
+                return x
+        b = np.minimum(p / rho, q).sum()
+        gamma = (1.0 - (1.0 - b) ** self.k) / b if b > 0 else rho
+        return draw_index(normalized(np.maximum(p - gamma * np.minimum(p / rho, q), 0.0), p), residual)
 
     def _verify(self, rows: Rows):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,7 +29,10 @@ from mdsd.validation import check_k
 from mdsd.verifiers.base import CPU_SLAB, Rows, Verifier
 from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.layout_reference import least_depth_odds, reference_select, stack_pieces
 from mdsd.verifiers.ops import Uniforms, take
+from mdsd.verifiers.reference import draw_index, normalized, onehot
+from mdsd.verifiers.registry import register
 from mdsd.verifiers.twostep import selection_acceptance, two_step
 
 __all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
@@ -37,6 +41,7 @@ FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow;
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
 _SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
 ROWS = 32  # rows of p, q laid out at a time at V = 151,936; more at smaller V (CPU_SLAB entries)
+_LAWS = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}  # law names
 
 
 def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ...], tuple[float, np.ndarray]]:
@@ -60,6 +65,14 @@ def flow_rule(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> dict[tuple[int, ..
     return table
 
 
+@functools.lru_cache(maxsize=256)
+def _pieces(p: bytes, q: bytes, k: int) -> tuple[np.ndarray, dict[int, list[tuple[float, float]]]]:
+    """F [n] and every token's pieces of the i.i.d. layout of one pair (float64 bytes), built once for
+    all the draft tuples whose output law is asked."""
+    lay = iid_layout(*(torch.from_numpy(np.frombuffer(b, dtype=np.float64).copy())[None] for b in (p, q)), k)
+    return lay.target[0].numpy(), stack_pieces(lay, pair_layout(lay)) if k > 1 else {}
+
+
 def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
     m = int(np.count_nonzero(q))
     if isinstance(law, WithoutReplacement):
@@ -69,6 +82,7 @@ def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
     return float(m) ** law.k
 
 
+@register
 class OptimalVerifier(Verifier):
     r"""Two-step verifier whose selection rule attains the optimal acceptance α*(p, Q).
 
@@ -96,6 +110,7 @@ class OptimalVerifier(Verifier):
 
     name = "optimal"
     sync_free = False  # layouts are built a block of rows at a time, flows solved on the host
+    laws = ("iid", "wor")
 
     def __init__(self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES) -> None:
         self._law_spec = law
@@ -112,10 +127,14 @@ class OptimalVerifier(Verifier):
             if spec.k != k:
                 raise ValueError(f"law {spec!r} draws {spec.k} drafts, but k = {k}")
             return spec
-        names = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}
-        if spec not in names:
+        if spec not in _LAWS:
             raise ValueError(f"law must be 'iid', 'wor' or a mdsd.DraftLaw; got {spec!r}")
-        return names[spec](k)
+        return _LAWS[spec](k)
+
+    @classmethod
+    def check_law(cls, law, spelled):
+        if law not in _LAWS:
+            super().check_law(law, spelled)
 
     def _uniform_columns(self) -> int:
         # i.i.d.: one depth per draft (+ the accept/residual uniform); the without-replacement fallback
@@ -154,6 +173,45 @@ class OptimalVerifier(Verifier):
         if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
         raise ValueError(self.exact_obstacle(q))
+
+    # -- exact output law and reference -------------------------------------------------------------------
+
+    def _output_law(self, p, q, drafts):
+        """The two-step rule: Σ_z s(z | x̄) [a_z δ_z + (1 − a_z) r] + P(⊥ | x̄) r, a_z = min(1, p(z)/F(z)),
+        r = norm((p − F)+); s is the least-depth odds of the layout (i.i.d.) or the flow's rule."""
+        if isinstance(self.law, IID):
+            f, pieces = _pieces(p.tobytes(), q.tobytes(), self.k)
+            odds = least_depth_odds([pieces[x] for x in drafts]) if self.k > 1 else [1.0]
+            select = {}
+            for x, chance in zip(drafts, odds, strict=True):
+                select[x] = select.get(x, 0.0) + float(chance)
+        elif self._small(q):
+            rule = flow_rule(p, q, self.law)
+            f = selection_acceptance(p, rule)[1]
+            s = rule[drafts][1] if drafts in rule else np.zeros(p.size)
+            select = {int(z): float(s[z]) for z in np.flatnonzero(s > 0)}
+        else:
+            raise ValueError(
+                f"{self!r}: the exact output law is written for i.i.d. drafts and for flows of at most "
+                f"{self.flow_tuples} draft tuples; q gives more"
+            )
+        residual = normalized(np.maximum(p - f, 0.0), p)
+        out = (1.0 - sum(select.values())) * residual
+        for z, weight in select.items():
+            a = min(1.0, p[z] / f[z]) if f[z] > 0 else 1.0
+            out += weight * (a * onehot(p.size, z) + (1.0 - a) * residual)
+        return out
+
+    def _reference(self, p, q, drafts, accept, residual):
+        """I.i.d. drafts: the layout by a plain loop (:mod:`mdsd.verifiers.layout_reference`), then the
+        two-step rule with one uniform (accept below a, else a fresh uniform for the residual)."""
+        if not isinstance(self.law, IID):
+            raise ValueError(f"{self!r}: the float64 reference is written for i.i.d. drafts")
+        chosen, f = reference_select(p, q, drafts, accept[: self.k])
+        a = min(1.0, p[chosen] / f[chosen]) if f[chosen] > 0 else 1.0
+        if residual < a:
+            return chosen
+        return draw_index(normalized(np.maximum(p - f, 0.0), p), (residual - a) / (1.0 - a))
 
     # -- sampling -----------------------------------------------------------------------------------------
 

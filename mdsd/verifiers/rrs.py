@@ -8,6 +8,8 @@ import torch
 from mdsd.laws import IID
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.ops import take
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["RRSVerifier", "positive_part_mass"]
 
@@ -17,6 +19,7 @@ def positive_part_mass(p: torch.Tensor, q: torch.Tensor, lam: torch.Tensor) -> t
     return torch.addcmul(p, q, -lam.to(p.dtype).unsqueeze(-1)).clamp_min_(0).sum(-1).to(torch.float64)
 
 
+@register
 class RRSVerifier(Verifier):
     r"""Try the i.i.d. drafts in turn: accept x_i w.p. min(1, p_i(x_i)/q(x_i)), else go on with
     p_{i+1} = norm((p_i − q)+).
@@ -52,6 +55,23 @@ class RRSVerifier(Verifier):
                 break
             pi = r / r.sum()
         return float(1.0 - reject)
+
+    def _output_law(self, p, q, drafts):
+        out, alive, pi = np.zeros(p.size), 1.0, p
+        for x in drafts:
+            a = ratio(pi[x], q[x])
+            out += alive * a * onehot(p.size, x)
+            alive *= 1 - a
+            pi = normalized(np.maximum(pi - q, 0.0), pi)
+        return out + alive * pi
+
+    def _reference(self, p, q, drafts, accept, residual):
+        pi = p
+        for i, x in enumerate(drafts):
+            if accept[i] * q[x] < pi[x]:
+                return x
+            pi = normalized(np.maximum(pi - q, 0.0), p)
+        return draw_index(pi, residual)
 
     def _verify(self, rows: Rows):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u

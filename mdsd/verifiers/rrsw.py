@@ -11,6 +11,8 @@ from mdsd.laws import WithoutReplacement
 from mdsd.sampling import block_size
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.ops import mass_outside, take
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["RRSwVerifier", "ENUMERATION_LIMIT"]
 
@@ -81,6 +83,7 @@ def _enumeration_size(q: np.ndarray, k: int) -> int:
     return q.shape[-1] * math.prod(range(m - k + 2, m + 1))
 
 
+@register
 class RRSwVerifier(Verifier):
     r"""RRS for drafts drawn without replacement: after rejecting x_i, also remove x_i from the draft.
 
@@ -136,6 +139,29 @@ class RRSwVerifier(Verifier):
         same = (drafts.unsqueeze(-1) == drafts.unsqueeze(-2)).sum((-1, -2))
         if bool(((same > self.k) & rows).any()):
             raise ValueError("drafts without replacement must be distinct tokens")
+
+    def _output_law(self, p, q, drafts):
+        out, alive, pi, qi = np.zeros(p.size), 1.0, p, q
+        for x in drafts:
+            a = ratio(pi[x], qi[x])
+            out += alive * a * onehot(p.size, x)
+            alive *= 1 - a
+            pi = normalized(np.maximum(pi - qi, 0.0), pi)
+            qi = qi.copy()
+            qi[x] = 0.0
+            qi = normalized(qi, qi)
+        return out + alive * pi
+
+    def _reference(self, p, q, drafts, accept, residual):
+        pi, qi = p, q
+        for i, x in enumerate(drafts):
+            if accept[i] * qi[x] < pi[x]:
+                return x
+            pi = normalized(np.maximum(pi - qi, 0.0), p)
+            qi = qi.copy()
+            qi[x] = 0.0
+            qi = normalized(qi, qi)
+        return draw_index(pi, residual)
 
     def _verify(self, rows: Rows):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u

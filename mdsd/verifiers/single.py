@@ -7,10 +7,13 @@ import numpy as np
 from mdsd.laws import IID
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.ops import take
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["SingleDraftVerifier"]
 
 
+@register
 class SingleDraftVerifier(Verifier):
     r"""Accept the draft x ~ q with probability min(1, p(x)/q(x)), else emit a draw of norm((p − q)+).
 
@@ -32,6 +35,17 @@ class SingleDraftVerifier(Verifier):
 
     def _acceptance(self, p, q):
         return float(np.minimum(p, q).sum())
+
+    def _output_law(self, p, q, drafts):
+        (x,) = drafts
+        a = ratio(p[x], q[x])
+        return a * onehot(p.size, x) + (1 - a) * normalized(np.maximum(p - q, 0.0), p)
+
+    def _reference(self, p, q, drafts, accept, residual):
+        x = drafts[0]
+        if accept[0] * q[x] < p[x]:
+            return x
+        return draw_index(normalized(np.maximum(p - q, 0.0), p), residual)
 
     def _verify(self, rows: Rows):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u

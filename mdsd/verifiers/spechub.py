@@ -8,6 +8,8 @@ import torch
 from mdsd.laws import Hub
 from mdsd.verifiers.base import Rows, Verifier, collapse
 from mdsd.verifiers.ops import mass_outside, take
+from mdsd.verifiers.reference import draw_index, normalized, onehot, ratio
+from mdsd.verifiers.registry import register
 
 __all__ = ["SpecHubVerifier", "spechub_terms"]
 
@@ -42,6 +44,7 @@ def spechub_terms(p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor) -> dict[s
     }
 
 
+@register
 class SpecHubVerifier(Verifier):
     r"""SpecHub's verification of the hub pair, a = argmax q (MATH.md §3).
 
@@ -79,6 +82,20 @@ class SpecHubVerifier(Verifier):
         if not bool(((drafts == hub).sum(-1) == 1)[rows].all()):
             raise ValueError("SpecHub drafts must be a hub pair: exactly one of the two drafts is argmax q")
 
+    def _output_law(self, p, q, drafts):
+        a, i, (n1, d1), (n2, d2), rest = _hub_branches(p, q, drafts)
+        first, second = ratio(n1, d1), ratio(n2, d2)
+        out = first * onehot(p.size, i) + (1 - first) * second * onehot(p.size, a)
+        return out + (1 - first) * (1 - second) * normalized(rest, p)
+
+    def _reference(self, p, q, drafts, accept, residual):
+        a, i, (n1, d1), (n2, d2), rest = _hub_branches(p, q, drafts)
+        if accept[0] * d1 < n1:
+            return i
+        if accept[1] * d2 < n2:
+            return a
+        return draw_index(normalized(rest, p), residual)
+
     def _verify(self, rows: Rows):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
         qx = take(q, drafts)  # [*B, 2]
@@ -97,3 +114,27 @@ class SpecHubVerifier(Verifier):
         take_i = torch.where(hub_first, u1 * pair_i < gain_i, u1 * qi < pi)
         take_a = torch.where(hub_first, u2 * s_ai < pa, u2 * s_ia < (pa - s_ai).clamp_min(0))
         return torch.where(take_i, i[..., 0], hub), take_i | take_a, rows.draw(t["residual"])
+
+
+def _hub_branches(p: np.ndarray, q: np.ndarray, drafts: tuple[int, ...]):
+    """For one pair and one hub pair, in float64: the hub a, the other draft i, the tests of accepting i
+    then a as (numerator, denominator) of min(1, numerator / denominator) (class docstring), and the
+    unnormalised residual p'' [n]."""
+    a = int(np.argmax(q))  # the first maximum: ties towards the lower index
+    others = np.arange(q.size) != a
+    total = q[others].sum()  # 1 − q_a, summed without cancellation
+    pair = np.zeros(q.size)  # Q(a, j) = q_a q_j / (1 − q_a), 0 at the hub
+    if total > 0:
+        pair[others] = q[a] * (q[others] / total)
+    gain = np.where(others, np.maximum(p - q, 0.0), 0.0)  # (p_j − q_j)+, j ≠ a
+    s_ia = np.maximum(q - p, 0.0)[others].sum()
+    s_ai = np.maximum(pair - gain, 0.0)[others].sum()
+    if drafts[1] == a:  # pair (i, a)
+        i = drafts[0]
+        first, second = (p[i], q[i]), (max(p[a] - s_ai, 0.0), s_ia)
+    else:  # pair (a, i)
+        i = drafts[1]
+        first, second = (gain[i], pair[i]), (p[a], s_ai)
+    rest = np.maximum(gain - pair, 0.0)
+    rest[a] = max(max(p[a] - s_ai, 0.0) - s_ia, 0.0)
+    return a, i, first, second, rest

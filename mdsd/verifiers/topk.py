@@ -8,10 +8,13 @@ from mdsd.laws import TopK
 from mdsd.sampling import top_k
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.ops import top_tokens
+from mdsd.verifiers.reference import draw_index
+from mdsd.verifiers.registry import register
 
 __all__ = ["TopKVerifier"]
 
 
+@register
 class TopKVerifier(Verifier):
     r"""Emit y ~ p; it is accepted iff y ∈ T, the k most likely tokens of q. Optimal for that law.
 
@@ -32,6 +35,12 @@ class TopKVerifier(Verifier):
 
     def _acceptance(self, p, q):
         return float(p[top_tokens(q, self.k)].sum())
+
+    def _output_law(self, p, q, drafts):
+        return p.copy()
+
+    def _reference(self, p, q, drafts, accept, residual):
+        return draw_index(p, residual)
 
     def _check_drafts(self, q, drafts):
         """Top-k drafts are the k most likely tokens of q (some with q = 0 if q has fewer positive)."""

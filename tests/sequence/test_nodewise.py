@@ -1,11 +1,9 @@
-"""Exact tokens per step of the node-wise verifiers on a tree, against an independent enumerator of each
-verifier, the verifiers' own exact acceptance, whole-decode laws, and Monte Carlo of the batched samplers."""
+"""Exact tokens per step of the node-wise verifiers on a tree, against the verifiers' own exact acceptance,
+whole-decode laws, and Monte Carlo of the batched samplers."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,62 +12,24 @@ from sequence_cases import FAMILIES, chi_square, one_step_error, random_pair
 
 import mdsd
 from mdsd.sequence import decode_law, law_distance, node_output_law, nodewise_step_law, target_law
-from mdsd.sequence.nodewise import NODE_RULES
-from mdsd.verifiers.kseq import kseq_rho
+from mdsd.verifiers import verifier_names
 
-VERIFIER_TESTS = Path(__file__).resolve().parents[1] / "verifiers"
 ALPHA = 1e-3  # chi-square tests: a correct sampler fails a given seed with probability 1e-3
+NODE_VERIFIERS = verifier_names(paths=False)
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, VERIFIER_TESTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-enumeration, cases = _load("verifier_enumeration"), _load("verifier_cases")
-
-
-def test_every_verifier_has_an_exact_output_law():
-    # but the optimal verifier: its rule given the drafts is a layout or a flow (tests/verifiers checks
-    # its law by enumeration), not a closed form to plug into a tree's step law
-    assert set(NODE_RULES) == set(mdsd.VERIFIERS) - {"optimal"}
+def test_node_output_law_is_the_verifiers_and_refuses_unknown_names():
+    p, q = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.25, 0.25])
+    for name in NODE_VERIFIERS:
+        k = 1 if name == "single" else 2
+        for xs in mdsd.verifier(name, k).law.joint(q):
+            law = node_output_law(name, p, q, xs)
+            np.testing.assert_array_equal(law, mdsd.verifier(name, k).output_law(p, q, xs))
     with pytest.raises(ValueError, match="unknown verifier"):
         node_output_law("nope", np.ones(2) / 2, np.ones(2) / 2, (0,))
 
 
-@pytest.mark.parametrize(("name", "k"), [(name, k) for name, k in cases.GRID if name in NODE_RULES])
-def test_output_law_matches_the_independent_enumerator(name, k, monkeypatch):
-    # K-SEQ's ρ: the enumerator finds it by Brent's method, the package (and its sampler) by bisection;
-    # where the root is flat (p = q) they differ by up to (1e-16)^(1/k). Give both the package's ρ.
-    monkeypatch.setattr(
-        enumeration,
-        "kseq_rho",
-        lambda p, q, k: float(kseq_rho(torch.from_numpy(p), torch.from_numpy(q), k)[0]),
-    )
-    rng = np.random.default_rng(k)
-    v = mdsd.verifier(name, k)
-    for kind in range(22):
-        n = int(rng.integers(max(k, 2), 6))
-        p, q = cases.adversarial_pair(rng, n, kind)
-        if np.count_nonzero(q) < v.law.min_support():
-            continue
-        for xs in list(v.law.joint(q))[:12]:
-            law, ref = node_output_law(name, p, q, xs), enumeration.RULES[name](p, q, xs)
-            assert math.fsum(law) == pytest.approx(1.0, abs=1e-12)
-            # K-SEQ: ρ from the package's bisection (what its sampler uses) vs Brent's method; they differ by
-            # ~1e-8 where the root is flat (p = q), and the output law by as much
-            tol = 1e-7 if name == "kseq" else 1e-12
-            if (
-                abs(ref.sum() - 1.0) > 1e-12
-            ):  # the enumerator drops an underflowed residual's mass; we draw p_i
-                assert np.all(law >= ref - tol), (kind, xs)
-            else:
-                np.testing.assert_allclose(law, ref, atol=tol, err_msg=f"{kind} {xs}")
-
-
-@pytest.mark.parametrize("name", [name for name in mdsd.VERIFIERS if name in NODE_RULES])
+@pytest.mark.parametrize("name", NODE_VERIFIERS)
 def test_depth_one_is_one_plus_the_verifiers_acceptance(name):
     k = 1 if name == "single" else 2
     rng = np.random.default_rng(3)
@@ -79,7 +39,22 @@ def test_depth_one_is_one_plus_the_verifiers_acceptance(name):
         assert exact == pytest.approx(1 + mdsd.verifier(name, k).acceptance(target(()), draft(())), abs=1e-12)
 
 
-@pytest.mark.parametrize("name", ["single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk"])
+def test_optimal_at_every_node_of_a_tree_regression_keyerror():
+    """Bug: nodewise_tokens_per_step(..., "optimal") raised KeyError at any node with >= 2 children (the
+    optimal verifier had no output law there). Now it composes the two-step rule's law: the optimal
+    verifier of each law is never below the other verifiers of that law on a binary tree."""
+    target, draft = mdsd.toy_sequence_pair(3, 3, 0.5, 0.4, torch.Generator().manual_seed(2))
+    tree = mdsd.Tree.kary([2, 2])
+    names = ("rrs", "kseq", "rrsw", "optimal", "optimal:wor")
+    steps = {name: mdsd.nodewise_tokens_per_step(target, draft, tree, name) for name in names}
+    assert steps["optimal"] >= max(steps["rrs"], steps["kseq"]) - 1e-12
+    assert steps["optimal:wor"] >= steps["rrsw"] - 1e-12
+    assert steps["optimal:wor"] >= steps["optimal"] - 1e-12  # α*_wor >= α*_iid at every node
+
+
+@pytest.mark.parametrize(
+    "name", ["single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk", "optimal", "optimal:wor"]
+)
 def test_a_whole_node_wise_decode_has_the_targets_law(name):
     """Four tokens over three symbols, steps repeated until four are out: the law of the text is the
     target's to 1e-12; and one step already is (the emitted string, then the target's continuation)."""
@@ -127,7 +102,7 @@ def simulate_nodewise(target, draft, tree, name, rows, seed):
     return [tuple(e) for e in emitted]
 
 
-@pytest.mark.parametrize("name", ["rrs", "rrsw", "kseq", "spechub"])
+@pytest.mark.parametrize("name", ["rrs", "rrsw", "kseq", "spechub", "optimal"])
 def test_monte_carlo_of_the_batched_verifiers_matches_the_exact_step(name):
     target, draft = mdsd.toy_sequence_pair(3, 2, 0.5, 0.4, torch.Generator().manual_seed(4))
     tree = mdsd.Tree.kary([2, 1])

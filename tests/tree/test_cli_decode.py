@@ -115,7 +115,21 @@ def test_decode_checks_the_verifier_before_loading_models(tmp_path, capsys):
         ["decode", "--target", str(missing), "--draft", str(missing), "--verifier", "nope", "--prompt", "x"]
     )
     err = capsys.readouterr().err
-    assert code == 2 and "--verifier must be one of" in err and "optimal:wor" in err
+    assert code == 2 and "--verifier: unknown verifier 'nope'; choose one of" in err and "optimal:wor" in err
+
+
+def test_decode_names_an_unknown_law_regression_too_wide(tmp_path, capsys):
+    """Bug: --verifier optimal:foo said the tree was "too wide for verifier 'optimal:foo'"; the law name
+    is the problem, and it is found before any model is loaded."""
+    missing = tmp_path / "nowhere"
+    args = ["decode", "--target", str(missing), "--draft", str(missing), "--prompt", "x", "--verifier"]
+    for name, says in (
+        ("optimal:foo", "unknown draft law 'foo'; 'optimal' takes iid, wor"),
+        ("rrs:wor", "'rrs' has a fixed draft law"),
+    ):
+        assert main([*args, name]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "too wide" not in err and err.count("\n") == 1
 
 
 def test_a_model_folder_without_a_tokenizer_is_named(model_dirs, tmp_path, capsys):

@@ -20,8 +20,8 @@ from torch.overrides import TorchFunctionMode
 
 import mdsd
 from mdsd import DynamicTree, Tree, TreeDecoder
-from mdsd.tree.decoder import PATH_RULES
 from mdsd.verifiers import supports
+from mdsd.verifiers.registry import path_rule, verifier_names
 
 MAX_SYNCS_PER_STEP = 4
 _SYNCING = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "nonzero")
@@ -53,7 +53,7 @@ def count_syncs(counter):
 
 def _trees(name):
     """Every tree shape the verifier can verify: a chain, binary, mixed widths, a dynamic tree."""
-    if name in PATH_RULES:  # whole-tree rules: block on chains, traversal on static trees
+    if path_rule(name) is not None:  # whole-tree rules: block on chains, traversal on static trees
         return [Tree.chain(3)] if name == "block" else [Tree.kary([2, 2, 2]), Tree((0, 0, 0, 1, 1, 2))]
     wide = [
         Tree.kary([2, 2, 2]),
@@ -75,7 +75,9 @@ def models():
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 @pytest.mark.parametrize(
-    "name", [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free] + list(PATH_RULES)
+    "name",
+    [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free]
+    + [n for n in verifier_names() if path_rule(n) is not None],
 )
 def test_at_most_four_host_syncs_per_step(models, name, temperature):
     target, draft = models

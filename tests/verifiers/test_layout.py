@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 from verifier_cases import adversarial_pair
-from verifier_enumeration import _layout, _least_depth_odds
+from verifier_enumeration import _layout
 
 import mdsd
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.layout_reference import least_depth_odds, stack_pieces
 
 
 def _pairs(count, seed, sizes=(1, 2, 3, 4, 5, 6)):
@@ -58,7 +59,7 @@ def test_selection_law_is_f_exactly(k):
         np.testing.assert_allclose(f, law, rtol=0, atol=1e-13)
         selected = np.zeros(p.size)
         for xs, w in mdsd.IID(k).joint(q).items():
-            for x, odds in zip(xs, _least_depth_odds([pieces[x] for x in xs]), strict=True):
+            for x, odds in zip(xs, least_depth_odds([pieces[x] for x in xs]), strict=True):
                 selected[x] += w * odds
         np.testing.assert_allclose(selected, f, rtol=0, atol=1e-12)
 
@@ -72,22 +73,6 @@ def _depth_from_pieces(pieces, u):
             return a + left
         left -= b - a
     return pieces[-1][1]
-
-
-def _stack_pieces(lay, pair):
-    """Each token's pieces in depth, from the whole stack of row 0: {token: [(a, b), ...]}."""
-    out = {}
-    for i in range(lay.q_sorted.shape[-1]):
-        qi = float(lay.q_sorted[0, i])
-        if qi <= 0:
-            continue
-        first, last = int(pair.ptr[i]), int(pair.ptr[i + 1])
-        starts = pair.piece_t[first:last].tolist() + [float(pair.tops[i]) + qi]
-        shift = lay.prefix_q[0, pair.piece_j[first:last]].tolist()
-        out[int(lay.order[0, i])] = [
-            (a + d, b + d) for a, b, d in zip(starts, starts[1:], shift, strict=False)
-        ]
-    return out
 
 
 @pytest.mark.parametrize("k", [2, 3, 5])
@@ -109,10 +94,10 @@ def test_closed_form_windows_realise_f(k):
         wide = torch.tensor(q)[tokens] > 1e-6
         assert torch.allclose(newton[wide], pair_depths(lay, pair, pos, u)[wide], rtol=0, atol=1e-9), (p, q)
         if p.size <= 6 and k <= 3:
-            pieces = _stack_pieces(lay, pair)
+            pieces = stack_pieces(lay, pair)
             selected = np.zeros(p.size)
             for xs, w in mdsd.IID(k).joint(q).items():
-                for x, odds in zip(xs, _least_depth_odds([pieces[x] for x in xs]), strict=True):
+                for x, odds in zip(xs, least_depth_odds([pieces[x] for x in xs]), strict=True):
                     selected[x] += w * odds
             np.testing.assert_allclose(selected, lay.target[0].numpy(), rtol=0, atol=1e-12)
         if q[q > 0].min() >= 1e-6:

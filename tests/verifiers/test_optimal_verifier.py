@@ -9,12 +9,11 @@ import pytest
 import torch
 from test_verifier_statistics import ALPHA, g_test
 from verifier_cases import adversarial_pair, feasible
-from verifier_enumeration import optimal as iid_rule
 from verifier_enumeration import output_law
 
 import mdsd
 from mdsd.verifiers.fallback import fallback_acceptance
-from mdsd.verifiers.optimal import OptimalVerifier, flow_rule
+from mdsd.verifiers.optimal import OptimalVerifier
 
 
 def _cases(v, count, seed, sizes):
@@ -50,27 +49,12 @@ def test_iid_output_law_and_acceptance_by_enumeration(k, count):
         assert accepted == pytest.approx(best, abs=1e-9), (p, q)
 
 
-def _flow_output_law(p, q, rule):
-    """Law of the emitted token from a flow rule {x̄: (Q, s)}, written out from MATH.md §6."""
-    f = sum(w * s for w, s in rule.values())
-    r = np.maximum(p - f, 0.0)
-    r = r / r.sum() if r.sum() > 0 else r
-    out, accepted = np.zeros(p.size), 0.0
-    for x, (w, s) in rule.items():
-        keep = s * np.where(f > p, p / np.where(f > 0, f, 1.0), 1.0)
-        emitted = keep + (1.0 - keep.sum()) * r
-        out += w * emitted
-        accepted += w * emitted[sorted(set(x))].sum()
-    return out, accepted
-
-
 @pytest.mark.parametrize(("k", "count"), [(1, 40), (2, 100), (3, 80), (4, 40)])
 def test_without_replacement_flow_is_exact_and_optimal(k, count):
     v = mdsd.verifier("optimal", k, law="wor")
     sizes = (4, 5) if k == 4 else (3, 4, 5, 6)
     for p, q in _cases(v, count, seed=50 + k, sizes=sizes):
-        rule = flow_rule(p, q, v.law)
-        law, accepted = _flow_output_law(p, q, rule)
+        law, accepted = output_law(v, p, q)
         np.testing.assert_allclose(law, p, rtol=0, atol=1e-12, err_msg=f"k={k} p={p} q={q}")
         assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12)
         assert accepted == pytest.approx(mdsd.optimal_acceptance(p, q, v.law, method="lp"), abs=1e-9)
@@ -84,7 +68,7 @@ def test_other_laws_take_the_flow(law):
     rng = np.random.default_rng(7)
     for _ in range(20):
         p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
-        law_out, accepted = _flow_output_law(p, q, flow_rule(p, q, law))
+        law_out, accepted = output_law(v, p, q)
         np.testing.assert_allclose(law_out, p, rtol=0, atol=1e-12)
         assert v.acceptance(p, q) == pytest.approx(mdsd.optimal_acceptance(p, q, law, method="lp"), abs=1e-9)
         assert accepted == pytest.approx(v.acceptance(p, q), abs=1e-12)
@@ -93,7 +77,7 @@ def test_other_laws_take_the_flow(law):
 def _fallback_output_law(p, q, k):
     """Drafts without replacement turned into k i.i.d. drafts (a repeat of an earlier draft s with
     probability q(s), else the next draft), then the i.i.d. rule: law and acceptance by enumeration."""
-    out, accepted = np.zeros(p.size), 0.0
+    out, accepted, iid = np.zeros(p.size), 0.0, mdsd.verifier("optimal", k)
     for drafts, w in mdsd.WithoutReplacement(k).joint(q).items():
         paths = [((drafts[0],), 1, 1.0)]  # (i.i.d. draws, distinct drafts used, probability)
         for _ in range(k - 1):
@@ -105,7 +89,7 @@ def _fallback_output_law(p, q, k):
                 )
             paths = grown
         for draws, _, weight in paths:
-            emitted = iid_rule(p, q, draws)
+            emitted = iid.output_law(p, q, draws)
             out += w * weight * emitted
             accepted += w * weight * emitted[list(drafts)].sum()
     return out, accepted

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 from collections import Counter
 
 import numpy as np
@@ -9,26 +12,29 @@ import pytest
 import torch
 
 import mdsd
-from mdsd.verifiers import verifier_class
+from mdsd.verifiers import registry, verifier_class
 from mdsd.verifiers.rrsw import ENUMERATION_LIMIT, _acceptance_enumerated, _acceptance_k2
 
 P, Q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
 
 
+KNOWN = {  # the verifiers the README lists, first in the registry in this order (a new one comes after)
+    "single": ("SingleDraftVerifier", {1}),
+    "rrs": ("RRSVerifier", None),
+    "rrsw": ("RRSwVerifier", None),
+    "kseq": ("KSeqVerifier", None),
+    "spechub": ("SpecHubVerifier", {2}),
+    "greedy": ("GreedyVerifier", None),
+    "topk": ("TopKVerifier", None),
+    "optimal": ("OptimalVerifier", None),
+}
+
+
 def test_registry():
-    assert mdsd.VERIFIERS == ("single", "rrs", "rrsw", "kseq", "spechub", "greedy", "topk", "optimal")
+    assert mdsd.VERIFIERS[: len(KNOWN)] == tuple(KNOWN)
     classes = [verifier_class(name) for name in mdsd.VERIFIERS]
-    assert [cls.__name__ for cls in classes] == [
-        "SingleDraftVerifier",
-        "RRSVerifier",
-        "RRSwVerifier",
-        "KSeqVerifier",
-        "SpecHubVerifier",
-        "GreedyVerifier",
-        "TopKVerifier",
-        "OptimalVerifier",
-    ]
-    assert [cls.supported_k for cls in classes] == [{1}, None, None, None, {2}, None, None, None]
+    for name, cls in zip(KNOWN, classes, strict=False):
+        assert (cls.__name__, cls.supported_k) == KNOWN[name]
     # mdsd.Greedy is a law, not a verifier; each registry answers supports(name, k) for its own names
     assert set(mdsd.verifiers.__all__) & set(mdsd.laws.__all__) == {"supports"}
     for name, cls in zip(mdsd.VERIFIERS, classes, strict=True):
@@ -46,6 +52,55 @@ def test_registry():
     ]
     with pytest.raises(ValueError, match="unknown verifier"):
         mdsd.verifier("otm", 2)
+
+
+def test_every_verifier_class_of_the_package_registers_itself():
+    """Importing mdsd.verifiers imports each of its modules; every concrete Verifier defined there is in
+    the registry under its name (nothing to add to a list elsewhere)."""
+    found = {
+        cls.name
+        for info in pkgutil.iter_modules(mdsd.verifiers.__path__)
+        for cls in vars(importlib.import_module(f"mdsd.verifiers.{info.name}")).values()
+        if isinstance(cls, type) and issubclass(cls, mdsd.Verifier) and not inspect.isabstract(cls)
+    }
+    assert found == set(mdsd.VERIFIERS)
+
+
+def test_a_new_verifier_is_its_class(monkeypatch):
+    """A verifier module only defines its class with @register: the registry, the decoder's names, the
+    exact output law of a tree step and the name checks follow. A taken name is refused."""
+    monkeypatch.setattr(registry, "_NODE", dict(registry._NODE))
+
+    @registry.register
+    class Echo(mdsd.verifiers.RRSVerifier):
+        name = "echo"
+
+    assert registry.node_names()[-1] == "echo" and "echo" in mdsd.verifiers.verifier_names()
+    registry.check_name("echo")
+    assert isinstance(mdsd.verifier("echo", 2), Echo)
+    target, draft = mdsd.toy_sequence_pair(3, 2, 0.5, 0.4, torch.Generator().manual_seed(0))
+    tree = mdsd.Tree.kary([2])
+    assert mdsd.nodewise_tokens_per_step(target, draft, tree, "echo") == pytest.approx(
+        mdsd.nodewise_tokens_per_step(target, draft, tree, "rrs"), abs=1e-15
+    )
+
+    class Impostor(mdsd.verifiers.RRSVerifier):
+        name = "rrs"
+
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(Impostor)
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_path_rule(registry.PathRule("echo", drafts_with="rrs", chains_only=False))
+
+
+def test_names_with_a_law_are_checked_by_the_registry():
+    assert mdsd.verifier("optimal:wor", 2).law.name == "without_replacement"
+    with pytest.raises(ValueError, match="unknown draft law 'foo'; 'optimal' takes iid, wor"):
+        verifier_class("optimal:foo")
+    with pytest.raises(ValueError, match="'rrs' has a fixed draft law"):
+        verifier_class("rrs:wor")
+    with pytest.raises(ValueError, match="'block' verifies whole trees in the tree decoder"):
+        mdsd.verifier("block", 1)
 
 
 @pytest.mark.parametrize(("name", "k"), [("single", 2), ("spechub", 3), ("spechub", 1), ("rrs", 0)])
