@@ -131,3 +131,37 @@ def check_acceptance_vector(acceptance: object, name: str = "acceptance") -> np.
     if a.sum() > 1 + 1e-9:
         raise ValueError(f"{name} entries are exclusive events and must sum to <= 1, got {a.sum():.6g}")
     return a
+
+
+def check_device(device: object, name: str = "device") -> torch.device:
+    """``device`` as a :class:`torch.device` this torch build can use, or a ``ValueError`` saying why not.
+
+    >>> check_device("cpu")
+    device(type='cpu')
+    >>> check_device("gpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: device must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got 'gpu'
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"{name} must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}"
+        ) from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            build = (
+                "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            )
+            raise ValueError(
+                f"{name} {str(resolved)!r}: this torch ({torch.__version__}, {build}) sees no CUDA device; "
+                "run on the CPU, or install a CUDA build of torch on a machine with an NVIDIA GPU"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{name} {str(resolved)!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name} 'mps': this torch sees no Apple GPU (mps)")
+    return resolved

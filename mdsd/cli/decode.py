@@ -30,28 +30,28 @@ import torch
 def parse_tree(spec: str):
     """A :class:`mdsd.Tree` or :class:`mdsd.DynamicTree` from its command-line spelling.
 
+    Every number is an integer >= 1: a tree drafts at least one token per step.
+
     >>> parse_tree("binary:2").size, parse_tree("kary:3,1").size, parse_tree("chain:4").size
     (6, 6, 4)
     >>> parse_tree("dynamic:4,2,3,10")
     DynamicTree(depth=4, k=2, expand=3, budget=10)
+    >>> parse_tree("binary:0")
+    Traceback (most recent call last):
+    ...
+    ValueError: --tree 'binary:0': D must be an integer >= 1, got '0'
     """
     from mdsd import DynamicTree, Tree
 
+    branching = _branching(spec)
+    if branching is not None:
+        return Tree.kary(branching)
     kind, _, arg = spec.partition(":")
-    try:
-        if kind == "chain" and arg:
-            return Tree.chain(int(arg))
-        if kind == "binary" and arg:
-            return Tree.kary([2] * int(arg))
-        if kind == "kary" and arg:
-            return Tree.kary([int(b) for b in arg.split(",")])
-        if kind == "dynamic" and arg:
-            numbers = [int(x) for x in arg.split(",")]
-            if len(numbers) not in (3, 4):
-                raise ValueError("dynamic takes DEPTH,K,EXPAND[,BUDGET]")
-            return DynamicTree(*numbers)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"--tree {spec!r}: {err}") from None
+    if kind == "dynamic" and arg:
+        numbers = [_positive(spec, "each of DEPTH,K,EXPAND[,BUDGET]", x) for x in arg.split(",")]
+        if len(numbers) not in (3, 4):
+            raise ValueError(f"--tree {spec!r}: dynamic takes DEPTH,K,EXPAND[,BUDGET]")
+        return DynamicTree(*numbers)
     path = Path(spec)
     if path.suffix == ".json":
         return Tree.from_json(path.read_text())  # OSError if missing: reported by the dispatcher
@@ -73,6 +73,29 @@ def compile_option(value: str) -> bool | str:
         return value == "true"
     if value not in BACKENDS:
         raise ValueError(f"--compile takes no value or one of {', '.join(BACKENDS)}; got {value!r}")
+    return value
+
+
+def _branching(spec: str) -> list[int] | None:
+    """The branching per depth of ``chain:N``, ``binary:D`` and ``kary:b1,b2,...`` (checked), else None."""
+    kind, _, arg = spec.partition(":")
+    named = {"chain": "N", "binary": "D", "kary": "every b"}
+    if kind not in named or not arg:
+        return None
+    numbers = [_positive(spec, named[kind], x) for x in arg.split(",")]
+    if kind in ("chain", "binary") and len(numbers) != 1:
+        raise ValueError(f"--tree {spec!r}: {kind} takes one number, {kind}:{named[kind]}")
+    return {"chain": [1] * numbers[0], "binary": [2] * numbers[0], "kary": numbers}[kind]
+
+
+def _positive(spec: str, what: str, text: str) -> int:
+    """``text`` as an integer >= 1, or a ``ValueError`` naming the tree spec."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"--tree {spec!r}: {what} must be an integer >= 1, got {text!r}")
     return value
 
 
@@ -147,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.hf import load_pair, pair_paths, require_hf
     from mdsd.tree.adaptive import GrowShrink
+    from mdsd.validation import check_device
     from mdsd.verifiers.registry import check_name
 
     try:  # before any model is loaded
@@ -168,8 +192,14 @@ def run(args: argparse.Namespace) -> int:
         target_path, draft_path = args.target, args.draft
     else:
         raise ValueError("give --target and --draft (local model directories), or --pair")
-    tree = parse_tree(args.tree)
+    check_device(args.device, "--device")
+    dtype = getattr(torch, args.dtype, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(
+            f"--dtype must name a torch floating dtype (float32, bfloat16, ...), got {args.dtype!r}"
+        )
     prompts = _prompts(args)
+    tree = parse_tree(args.tree)
     require_hf("mdsd decode")
     target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
     depth = GrowShrink() if args.adaptive == "grow" else None

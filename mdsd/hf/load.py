@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from mdsd.hf.fetch import PAIRS, model_dir
+from mdsd.validation import check_device
 
 __all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths"]
 
@@ -37,6 +38,7 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype = "float32", de
     """A causal LM from a local directory, in eval mode, on ``device``, offline."""
     from transformers import AutoModelForCausalLM
 
+    device = check_device(device)
     folder = _directory(path, "path")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(dtype), local_files_only=True)
     return model.to(device).eval()
@@ -74,6 +76,8 @@ def load_pair(
     over the same number of ids; otherwise :class:`ValueError` names both sizes. The target's
     tokenizer is returned.
     """
+    check_device(device)
+    _dtype(dtype)
     target_dir, draft_dir = _directory(target_path, "target_path"), _directory(draft_path, "draft_path")
     tokenizer = load_tokenizer(target_dir)
     draft_tokenizer = load_tokenizer(draft_dir)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from tiny_lms import perturbed, tiny_lm
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -130,6 +131,53 @@ def test_decode_names_an_unknown_law_regression_too_wide(tmp_path, capsys):
         assert main([*args, name]) == 2
         err = capsys.readouterr().err
         assert says in err and "too wide" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("binary:-1", "D must be an integer >= 1, got '-1'"),
+        ("binary:0", "D must be an integer >= 1, got '0'"),
+        ("chain:0", "N must be an integer >= 1, got '0'"),
+        ("kary:2,0", "every b must be an integer >= 1, got '0'"),
+        ("dynamic:3,0,2", "each of DEPTH,K,EXPAND[,BUDGET] must be an integer >= 1"),
+        ("chain:2,3", "chain takes one number"),
+    ],
+)
+def test_decode_refuses_a_tree_that_drafts_nothing_regression_binary_minus_one(tmp_path, capsys, spec, says):
+    """Bug: --tree binary:-1, binary:0 and chain:0 were accepted and decoded one token per step, labelled
+    "binary:-1"."""
+    missing = tmp_path / "nowhere"
+    code = main(
+        ["decode", "--target", str(missing), "--draft", str(missing), "--prompt", "x", "--tree", spec]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and err.count("\n") == 1
+
+
+def test_decode_on_a_device_torch_cannot_use_is_one_line_regression_cuda_traceback(model_dirs, capsys):
+    """Bug: --device cuda on a CPU-only torch printed a 34-line traceback ("Torch not compiled with CUDA
+    enabled"). Now one line, before any model is loaded; so for a device name torch does not know."""
+    target, draft = model_dirs
+    args = ["decode", "--target", str(target), "--draft", str(draft), "--prompt", "the cat", "--device"]
+    for device, says in (("gpu", "--device must be a torch device"), ("cuda:99", "--device 'cuda:99'")):
+        if device.startswith("cuda") and torch.cuda.device_count() > 99:
+            continue
+        assert main([*args, device]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1
+    base = [
+        "decode",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompt",
+        "the cat",
+        "--dtype",
+        "int8",
+    ]
+    assert main(base) == 2 and "--dtype must name a torch floating dtype" in capsys.readouterr().err
 
 
 def test_a_model_folder_without_a_tokenizer_is_named(model_dirs, tmp_path, capsys):
