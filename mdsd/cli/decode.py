@@ -21,6 +21,7 @@ forwards with the same hook, and prints a table (:func:`mdsd.hf.comparison.compa
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -74,6 +75,21 @@ def compile_option(value: str) -> bool | str:
     if value not in BACKENDS:
         raise ValueError(f"--compile takes no value or one of {', '.join(BACKENDS)}; got {value!r}")
     return value
+
+
+def tree_shape(spec: str):
+    """The :class:`~mdsd.tree.memory.TreeShape` of a ``--tree`` spelling, counted without building a full
+    tree (``binary:30`` has 2^31 nodes).
+
+    >>> tree_shape("binary:30").nodes
+    2147483646
+    """
+    from mdsd.tree.memory import TreeShape
+
+    branching = _branching(spec)
+    if branching is not None:
+        return TreeShape.of_branching(branching)
+    return TreeShape.of_tree(parse_tree(spec))
 
 
 def _branching(spec: str) -> list[int] | None:
@@ -192,13 +208,14 @@ def run(args: argparse.Namespace) -> int:
         target_path, draft_path = args.target, args.draft
     else:
         raise ValueError("give --target and --draft (local model directories), or --pair")
-    check_device(args.device, "--device")
+    device = check_device(args.device, "--device")
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(
             f"--dtype must name a torch floating dtype (float32, bfloat16, ...), got {args.dtype!r}"
         )
     prompts = _prompts(args)
+    _check_memory(args, prompts, target_path, draft_path, dtype, device)
     tree = parse_tree(args.tree)
     require_hf("mdsd decode")
     target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
@@ -265,6 +282,21 @@ def run(args: argparse.Namespace) -> int:
         )
         print(comparison.markdown(), end="")
     return 0
+
+
+def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None:
+    """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
+    models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
+    from mdsd.tree.memory import check_memory, decode_memory
+
+    files = [Path(p) / "config.json" for p in (target_path, draft_path)]
+    if not all(f.is_file() for f in files):
+        return  # load_pair names the missing model directory
+    configs = [json.loads(f.read_text()) for f in files]
+    batch = len(prompts) if args.batch_file else 1
+    longest = max(len(p.encode()) for p in prompts) + 1
+    need = decode_memory(configs, tree_shape(args.tree), batch, longest, args.max_new_tokens, dtype)
+    check_memory(need, device, f"--tree {args.tree}")
 
 
 def _compare(args, mdsd_method, encoded, target, draft):

@@ -35,6 +35,7 @@ from mdsd.tree.cache import ModelCache
 from mdsd.tree.compiled import FastPath, backend_of
 from mdsd.tree.draft import Pending
 from mdsd.tree.ledger import Ledger, TreeDecodeOutput
+from mdsd.tree.memory import check_decode_memory
 from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
 from mdsd.tree.step import Rule, Summary, decode_step
 from mdsd.tree.tree import Tree
@@ -198,6 +199,7 @@ class TreeDecoder:
         rows_in = self._check_inputs(prompts, max_new_tokens)
         dev = _device(self.target)
         generator = self._check_generator(generator, dev)
+        check_decode_memory(self.target, self.draft, self.plan, rows_in, max_new_tokens, dev)
         if self._fast_path is not None:
             return self._fast_path.generate(rows_in, max_new_tokens, generator)
         B = len(rows_in)

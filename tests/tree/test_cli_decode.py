@@ -1,6 +1,9 @@
 """``mdsd decode`` end to end on a tiny local pair saved with its tokenizer."""
 
 import json
+import resource
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -206,3 +209,22 @@ def test_decode_refuses_an_unknown_compile_backend_before_loading(model_dirs, ca
         ["decode", "--target", str(target), "--draft", str(draft), "--prompt", "a", "--compile", "fast"]
     )
     assert code == 2 and "--compile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["binary:16", "binary:30"])
+def test_decode_refuses_a_tree_that_cannot_fit_regression_oom_kill(model_dirs, spec):
+    """Bug: --tree binary:30 was killed by the kernel's OOM killer with no message (23 GB resident), and
+    binary:16 under a 6 GB limit ended in a traceback. Now, under a 6 GB address-space limit, one line
+    with the estimate and the limit, before the tree is built or a model loaded."""
+    target, draft = model_dirs
+    six_gb = 6 * 10**9
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (six_gb, six_gb))
+
+    command = [sys.executable, "-m", "mdsd", "decode", "--target", str(target), "--draft", str(draft)]
+    command += ["--prompt", "the cat", "--max-new-tokens", "4", "--tree", spec]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and f"--tree {spec} needs about" in done.stderr
+    assert "masks" in done.stderr and "more than the" in done.stderr

@@ -23,6 +23,11 @@ from mdsd import DynamicTree, Tree, TreeDecoder
 from mdsd.verifiers import supports
 from mdsd.verifiers.registry import path_rule, verifier_names
 
+# the node verifiers whose kernels never read the device, and the decoder's path rules
+SYNC_FREE = [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free] + [
+    n for n in verifier_names() if path_rule(n) is not None
+]
+
 MAX_SYNCS_PER_STEP = 4
 _SYNCING = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "nonzero")
 _MDSD = os.path.dirname(mdsd.__file__)
@@ -74,11 +79,7 @@ def models():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-@pytest.mark.parametrize(
-    "name",
-    [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free]
-    + [n for n in verifier_names() if path_rule(n) is not None],
-)
+@pytest.mark.parametrize("name", SYNC_FREE)
 def test_at_most_four_host_syncs_per_step(models, name, temperature):
     target, draft = models
     for tree in _trees(name):
@@ -94,9 +95,7 @@ def test_at_most_four_host_syncs_per_step(models, name, temperature):
         assert loop <= MAX_SYNCS_PER_STEP * out.steps + 8, (tree, counter, out.steps)
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in mdsd.VERIFIERS if mdsd.verifiers.verifier_class(n).sync_free] + list(PATH_RULES)
-)
+@pytest.mark.parametrize("name", SYNC_FREE)
 def test_the_fast_path_reads_the_host_once_per_step(models, name):
     """One read per step (the packed summary) on the fast path, for every tree the verifier runs on,
     besides the input checks of generate_batch (counted apart)."""
