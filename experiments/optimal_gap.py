@@ -2,10 +2,10 @@
 
 For vocabularies from 10 to 151,936 (Qwen2.5's) and k = 2..8 drafts, on toy pairs (mdsd.toy_pair)
 and independent symmetric-Dirichlet pairs (mdsd.dirichlet_pair): the optimal acceptance (OTM, via the
-min-cut dual, ../shared/MATH.md §1) of i.i.d. drafts and of drafts without replacement, against the
-exact acceptance of each verifier (MATH.md §3): RRS and K-SEQ (i.i.d.), RRSw (without replacement),
-SpecHub (hub pair, k = 2), Hu et al.'s greedy drafts and deterministic top-k. Hu et al. asked this at
-vocabularies in the thousands; every figure here is exact per pair, averaged over random pairs.
+min-cut dual, docs/mathematics.md §1) of i.i.d. drafts and of drafts without replacement, against the
+exact acceptance of each verifier (docs/mathematics.md §3): RRS and K-SEQ (i.i.d.), RRSw (without
+replacement), SpecHub (hub pair, k = 2), Hu et al.'s greedy drafts and deterministic top-k. Hu et al. asked
+this at vocabularies in the thousands; every figure here is exact per pair, averaged over random pairs.
 
 RRSw's exact acceptance enumerates the ordered draft tuples for k >= 3; where that exceeds
 ``enumeration_limit`` tuples the entry is skipped and the reason recorded.

@@ -9,7 +9,7 @@ With ``--record`` the pairs are recorded afresh from the cached models at full v
 
 For every position, T and k: the exact acceptance ``mdsd.verifier(name, k).acceptance(p, q)`` of
 each verifier and the optimum ``mdsd.optimal_acceptance(p, q, law)`` of the IID, WithoutReplacement,
-Greedy (and, for k = 2, Hub) laws (MATH.md §1, §3). RRSw for k >= 3 is exact only by enumeration;
+Greedy (and, for k = 2, Hub) laws (docs/mathematics.md §1, §3). RRSw for k >= 3 is exact only by enumeration;
 where that is too large the entry is left out and counted.
 
 Writes results/real_acceptance/: real_acceptance.json/.csv (means with 95% intervals, gaps to each

@@ -1,12 +1,12 @@
 """Check SpecHub's and Hu et al.'s claims on many random (p, q) pairs; nothing is assumed true.
 
-Claims (../shared/MATH.md §1-§3), each checked on every pair of its part, counter-examples kept:
+Claims (docs/mathematics.md §1-§3), each checked on every pair of its part, counter-examples kept:
 
 A. on small vocabularies (n = 2..5; exact LPs and enumeration):
    1. "LP = OTM": the simplified LP, max-flow and the min-cut dual give the same optimum, and so does
       the full coupling LP (slow: on every ``coupling_every``-th pair), for the i.i.d.,
       without-replacement, hub-pair and greedy laws (k = 2, 3; hub k = 2).
-   2. losslessness: the exact output law of SpecHub, RRS and RRSw (written here from MATH.md §3,
+   2. losslessness: the exact output law of SpecHub, RRS and RRSw (written here from docs/mathematics.md §3,
       independently of mdsd.verifiers, and enumerated over every draft tuple) equals p; and the
       acceptance it implies equals mdsd's exact ``acceptance``.
    3. the hub is emitted with probability p(hub), and SpecHub's enumerated acceptance equals its closed
@@ -112,7 +112,7 @@ def task_seed(seed: int, part: str, source: int, n: int) -> int:
     return int(np.random.SeedSequence([seed, ord(part), source, n]).generate_state(1)[0])
 
 
-# ---- exact output laws, from MATH.md §3 (independent of mdsd.verifiers) -----------------------------------
+# ---- exact output laws, from docs/mathematics.md §3 (independent of mdsd.verifiers) ------------------------
 
 
 def _ratio(num: float, den: float) -> float:

@@ -67,8 +67,8 @@ METHODS = {
     "K-SEQ": lambda p, q: mdsd.verifier("kseq", K).acceptance(p, q),
     "Greedy": lambda p, q: mdsd.verifier("greedy", K).acceptance(p, q),
 }
-# SpecHub (Sun, Zhou, Chen, Sun; EMNLP 2024), Appendix C.2/D, Table 4, as extracted in
-# ../shared/seeds/001_8f68fdd1d810c257.txt (the T = 0.25, s = 0.7 row is also quoted in MATH.md §5).
+# SpecHub (Sun, Zhou, Chen, Sun; EMNLP 2024), Appendix C.2/D, Table 4 (the T = 0.25, s = 0.7 row is also
+# quoted in docs/mathematics.md §5).
 # Columns RRS, RRSw, OTM, OTMw, SpecHub; the paper's RRSw is a Monte-Carlo estimate (1000 repetitions).
 PAPER_COLUMNS = ("RRS", "RRSw", "OTM (IID)", "OTM (WithoutReplacement)", "SpecHub")
 PAPER = {
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> Path:
     return out
 
 
-SWEEP_SETTING = (0.25, 0.7)  # (T, s): the row MATH.md §5 quotes
+SWEEP_SETTING = (0.25, 0.7)  # (T, s): the row docs/mathematics.md §5 quotes
 SWEEP_METHODS = ("RRS", "RRSw", "SpecHub")
 
 
@@ -161,7 +161,7 @@ def markdown(rows: list[dict], config: Config, values: dict, sweep: list[dict]) 
         f"{config.pairs} pairs per setting, seed {config.seed}",
         "",
         "Mean exact acceptance ± half-width of the 95% t-interval over the pairs; in parentheses the",
-        "paper's figure (SpecHub, Table 4; ../shared/seeds/001_8f68fdd1d810c257.txt).",
+        "paper's figure (SpecHub, Sun, Zhou, Chen, Sun, EMNLP 2024, Appendix D, Table 4).",
         "",
         "| T | s | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),

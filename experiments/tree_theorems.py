@@ -2,7 +2,7 @@
 
 For random tiny (target, draft) pairs of sequence models (mdsd.toy_sequence_pair: context-free and
 context-dependent, several temperatures, similarity drawn uniformly) and every setting (n tokens, tree,
-node-level draft law), the exact optimum of tokens per step (mdsd.solve_tree_otm, ../shared/MATH.md §7)
+node-level draft law), the exact optimum of tokens per step (mdsd.solve_tree_otm, docs/mathematics.md §7)
 beside the exact tokens per step of token-wise verification, block verification (Sun et al., ICLR 2025),
 Traversal Verification (Weng et al., NeurIPS 2025) and every node-wise verifier of mdsd.VERIFIERS on the
 law it drafts with. Claims checked on every case, counter-examples kept:

@@ -3,13 +3,13 @@
 Each law can check that its k is feasible for a given q, enumerate its exact joint law (small n), sample
 drafts for a batch of draft distributions (torch, batched over leading dimensions), and compute the
 containment probability Q(set(x̄) ⊆ A) that the min-cut dual of the optimal acceptance needs
-(../shared/MATH.md §1): for one set, and for every prefix of a token order at once where the law has such
+(docs/mathematics.md §1): for one set, and for every prefix of a token order at once where the law has such
 a form (:meth:`DraftLaw.dual_form` says which, and on what grounds the dual's answer is the optimum).
 Ties in q are broken towards the lower token index everywhere ("the hub", "the top k").
 
 The laws that can be built from a name and k register themselves here (:func:`register`); everything
 else asks this registry (:func:`law_from_name`, :func:`law_names`, :func:`supports`). Adding a law means
-writing its class (with ``@register``) and its tests. See ../shared/MATH.md §2.
+writing its class (with ``@register``) and its tests. See docs/mathematics.md §2.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class DraftLaw(ABC):
         less any whose probability underflows in float): what enumerating methods would build."""
         return len(self.joint(q))
 
-    # ----- the containment probability Q(set(x̄) ⊆ A) that the min-cut dual needs (MATH.md §1) -----
+    # ----- the containment probability Q(set(x̄) ⊆ A) that the min-cut dual needs (docs/mathematics.md §1)
 
     def dual_form(self) -> DualForm | None:
         """How the min-cut dual of this law is solved, or None (enumerate: LP / max-flow)."""

@@ -11,7 +11,7 @@ computes that containment probability for all prefixes A_j (the first j tokens o
 
 Every "1 − mass" is a sum of what remains (λ is summed from the tail), so entries of q spanning 1e-300..1
 (denormals included) keep their digits. Used by :class:`mdsd.laws.WithoutReplacement`; see
-../shared/MATH.md §1 and Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
+docs/mathematics.md §1 and Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ For each source of (p, q) pairs (toy pairs from :func:`mdsd.toy_pair` at each te
 and the bundled real next-token pairs when :mod:`mdsd.data` provides them) and each number of drafts
 k, the report averages over the pairs
 
-- the optimum :math:`\\alpha^*(p, Q)` (OTM, ../shared/MATH.md §1) of each draft law Q, and
-- the exact acceptance :math:`P(Y \\in \\operatorname{set}(\\bar x))` of each verifier (MATH.md §3),
-  with its gap to the optimum of its own law.
+- the optimum :math:`\\alpha^*(p, Q)` (OTM, docs/mathematics.md §1) of each draft law Q, and
+- the exact acceptance :math:`P(Y \\in \\operatorname{set}(\\bar x))` of each verifier
+  (docs/mathematics.md §3), with its gap to the optimum of its own law.
 
 Rows are plain dicts, ready for :func:`mdsd.experiment.write_results`; ``mdsd report`` prints and
 plots them.

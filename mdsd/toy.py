@@ -1,6 +1,6 @@
 """Toy (target, draft) pairs: SpecHub's generator of random pairs with a tunable similarity.
 
-See SpecHub (Sun, Zhou, Chen, Sun; EMNLP 2024), Appendix D, and ../shared/MATH.md §5.
+See SpecHub (Sun, Zhou, Chen, Sun; EMNLP 2024), Appendix D, and docs/mathematics.md §5.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import mdsd
@@ -44,3 +45,42 @@ def test_readme_tour_runs_up_to_the_decoder():
     exec(compile(tour.split("# Token-tree decoding", 1)[0], "README.md", "exec"), scope)
     assert scope["r"].value == scope["r"].cut_value
     assert scope["tokens"].shape == () and -1 <= int(scope["index"]) < 2
+
+
+def _tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    names = (
+        listed.stdout.splitlines()
+        if listed.returncode == 0
+        else [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")]
+    )
+    out = []
+    for name in names:
+        path = ROOT / name
+        if path.is_file() and path.suffix in {".py", ".md", ".ipynb", ".toml", ".txt", ".cfg", ""}:
+            out.append(path)
+    return out
+
+
+def test_the_repository_stands_alone_regression():
+    """Bug: the README and docstrings cited a MATH file outside the repository, and results cited paths
+    outside it. Every citation of the mathematics points into docs/mathematics.md, at a section that exists;
+    no tracked file names a path outside the repository."""
+    outside = ("MATH" + ".md", "../" + "shared", "/work" + "/")
+    sections = set(re.findall(r"^## (\d+)\.", (ROOT / "docs" / "mathematics.md").read_text(), re.M))
+    cited = 0
+    for path in _tracked_text_files():
+        text = path.read_text(errors="replace")
+        for needle in outside:
+            assert needle not in text, f"{path.relative_to(ROOT)} cites {needle}"
+        for numbers in re.findall(r"docs/mathematics\.md (§[\d§, –-]+)", text):
+            for number in re.findall(r"\d+", numbers):
+                cited += 1
+                assert number in sections, f"{path.relative_to(ROOT)} cites §{number}"
+    assert cited > 50
+
+
+def test_the_license_is_the_one_pyproject_declares():
+    assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "the mdsd authors" in text

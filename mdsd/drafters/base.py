@@ -3,7 +3,7 @@
 A *source* proposes continuations of a context (prompt + output so far) without a draft model: text
 it has seen (the context itself, a corpus, n-gram tables) says what may come next. In OTM terms each
 proposed continuation is a deterministic draft: q is one-hot on its first token at the root and on
-each next token down its chain (MATH.md §2, "deterministic top-k").
+each next token down its chain (docs/mathematics.md §2, "deterministic top-k").
 
 The decoder calls, once per decoding step and row,
 

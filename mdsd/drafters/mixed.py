@@ -12,7 +12,7 @@ law run on (p̃, q̃), whose verdict d₀ is replaced by a draw from p restricte
 
 .. math:: \alpha = p(D) + \alpha_V(\tilde p, \tilde q).
 
-The optimum of the mixed law follows from the min-cut dual (MATH.md §1): a cut A must hold D (else
+The optimum of the mixed law follows from the min-cut dual (docs/mathematics.md §1): a cut A must hold D (else
 Q(set ⊆ A) = 0 and the cut is ≥ 1), so
 
 .. math:: \alpha^*(p, Q_{\mathrm{mixed}})

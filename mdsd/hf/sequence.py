@@ -10,7 +10,7 @@ restricted to the n tokens, renormalised over them in log space:
 with K the kept tokens and ℓ(u) the model's logits after prefix + u.
 
 The result feeds :func:`mdsd.solve_tree_otm` and every exact routine of :mod:`mdsd.sequence`, so the
-sequence-level theory runs on real conditionals. See ../shared/MATH.md §7.
+sequence-level theory runs on real conditionals. See docs/mathematics.md §7.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _restricted(model, prefix: torch.Tensor, kept: torch.Tensor, depth: int, tem
     """{u: p(· | prefix + kept[u]) restricted to ``kept`` and renormalised} for every u of length <= depth.
 
     One forward: the prefix, then every string u (length 1..depth) as a node of the complete n-ary trie, each
-    seeing the prefix and its own ancestors (tree attention, ../shared/MATH.md §4) at position P − 1 + |u|.
+    seeing the prefix and its own ancestors (tree attention, docs/mathematics.md §4) at position P − 1 + |u|.
     """
     dev = next(model.parameters()).device
     n, P = kept.numel(), prefix.shape[1]

@@ -3,7 +3,7 @@
 ``solve_otm`` returns an :class:`OTMResult` (value and certificate), ``optimal_acceptance`` the value
 alone (batched over leading axes for the dual), ``optimal_acceptance_table`` many k and laws from one sort,
 ``optimal_coupling`` a whole optimal plan, ``optimal_selection_law`` the law of the draft an optimal
-two-step verifier selects (MATH.md §6). See ../shared/MATH.md §1.
+two-step verifier selects (docs/mathematics.md §6). See docs/mathematics.md §1.
 """
 
 from mdsd.laws import law_from_name  # re-exported: the registry lives in mdsd.laws

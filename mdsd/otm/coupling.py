@@ -9,7 +9,7 @@ Every lossless verifier is such a coupling, so this is the definition of the opt
 "SpecHub", EMNLP 2024; Hu et al., ICLR 2025). The duals g(y) of the p-marginal rows are a potential whose
 level sets contain a minimum cut A. It runs on the draft tuples themselves (not the sets of
 :mod:`network`), the literal definition; HiGHS is silenced (:func:`mdsd.highs.quiet`) and anything short of a
-proven optimum raises :class:`mdsd.highs.LPError`. See ../shared/MATH.md §1.
+proven optimum raises :class:`mdsd.highs.LPError`. See docs/mathematics.md §1.
 """
 
 from __future__ import annotations

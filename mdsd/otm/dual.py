@@ -34,7 +34,7 @@ say "conjectured".
 :math:`\\alpha^* = p(F) + \\sum_{i \\notin F} \\min(p_i, r_i)`, attained by A = F ∪ {r > p}.
 
 Everything here is batched over leading axes: p, q are [..., n]; values come back as [...].
-See ../shared/MATH.md §1.
+See docs/mathematics.md §1.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Tuples with the same set(x̄) are interchangeable, so the LP runs on the draft s
 constraint matrix is the incidence matrix of a bipartite graph (totally unimodular), so the simplex ends at
 an integral dual: the token rows with dual 1 form a minimum cut A, the certificate. HiGHS runs silently
 through :func:`mdsd.highs.solve_sparse_lp`, which raises unless the optimum is proven.
-Sun et al., "SpecHub", EMNLP 2024; see ../shared/MATH.md §1.
+Sun et al., "SpecHub", EMNLP 2024; see docs/mathematics.md §1.
 """
 
 from __future__ import annotations

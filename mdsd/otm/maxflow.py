@@ -4,7 +4,7 @@ Network: source → draft set S = set(x̄) (capacity Q(set(x̄) = S)) → every 
 (capacity p(y)); each set's flow is then split over its tuples in proportion to Q(x̄). The maximum flow
 is α*; the source side of a minimum cut, restricted to tokens, is the minimising set A of the dual
 :math:`\\min_A p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A)`.
-Sun et al., "SpecHub", EMNLP 2024; see ../shared/MATH.md §1.
+Sun et al., "SpecHub", EMNLP 2024; see docs/mathematics.md §1.
 """
 
 from __future__ import annotations

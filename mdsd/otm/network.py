@@ -9,7 +9,7 @@ split each set's flow over its tuples in proportion to Q(x̄). The cut of a toke
 .. math:: c(A) = p(A) + 1 - Q(\\mathrm{set}(\\bar x) \\subseteq A),
 
 which upper-bounds the optimal acceptance for every A and equals it for the best A (max-flow min-cut;
-Hu et al., ICLR 2025). See ../shared/MATH.md §1.
+Hu et al., ICLR 2025). See docs/mathematics.md §1.
 """
 
 from __future__ import annotations

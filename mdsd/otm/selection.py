@@ -1,4 +1,5 @@
-r"""The optimal selection law: the law F of the token a two-step verifier should select (MATH.md §6).
+r"""The optimal selection law: the law F of the token a two-step verifier should select
+(docs/mathematics.md §6).
 
 A selection rule s(z | x̄) picks one draft; its law F(z) = Σ_x̄ Q(x̄) s(z | x̄) lies in the base polytope
 of g(A) = P(set(x̄) ∩ A ≠ ∅), and the two-step verifier accepts Σ_z min(F(z), p(z)). For a law whose

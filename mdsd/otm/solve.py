@@ -13,7 +13,7 @@ Results say how sure they are (:class:`OTMResult` ``status`` and ``basis``): LP 
 proven; the dual is proven for i.i.d. drafts, drafts without replacement with k ≤ 2 and the closed forms,
 and "conjectured" for k ≥ 3 drafts without replacement (an unproven sorted-prefix claim, checked against
 brute force in the tests, with a quadrature whose error estimate is reported).
-See ../shared/MATH.md §1 and Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
+See docs/mathematics.md §1 and Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sequence-level speculative decoding (../shared/MATH.md §4, §7): tiny sequence models, the exact
+"""Sequence-level speculative decoding (docs/mathematics.md §4, §7): tiny sequence models, the exact
 optimum of tokens per step for a drafted token tree, the exact tokens per step of every verifier, and the
 sequence-level verifiers (block verification for chains, Traversal Verification for trees).
 

@@ -1,4 +1,4 @@
-"""MATH.md §7's sequence-level coupling LP as written: π(T, y, m) over drafted trees T, target
+"""docs/mathematics.md §7's sequence-level coupling LP as written: π(T, y, m) over drafted trees T, target
 sequences y = y_1..y_{L+1} and stops m <= match(T, y).
 
 .. math:: \\max \\sum_{T, y, m} (m + 1)\\, \\pi(T, y, m) \\quad \\text{s.t.} \\quad

@@ -9,7 +9,7 @@ conditional q(· | context, path(u)), independently of every other node given th
           \\text{context}, \\text{path}(u))\\bigr).
 
 A node with one child always draws it from q (``IID(1)``), as :class:`mdsd.TreeDecoder` does.
-See ../shared/MATH.md §2, §4, §7.
+See docs/mathematics.md §2, §4, §7.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A :class:`SequenceModel` on the vocabulary {0..n-1} holds p(· | u) for every pr
 (:mod:`mdsd.sequence.optimum`), the exact tokens per step of every verifier and the whole-decode
 enumerations all read their conditionals from here. ``toy_sequence_pair`` draws a (target, draft)
 pair with SpecHub's recipe (:func:`mdsd.toy_pair`) at every prefix; :mod:`mdsd.hf.sequence` reads the
-same tables off two real causal LMs. See ../shared/MATH.md §7.
+same tables off two real causal LMs. See docs/mathematics.md §7.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Exact tokens per step of the node-wise verifiers of :mod:`mdsd.verifiers` on a drafted token tree.
 
-One step, as :class:`mdsd.TreeDecoder` runs it (MATH.md §4): at a node with path v and k children, the
-children are drafted by the verifier's law from q(· | v) and verified against p(· | v); the emitted token
-y is either one of the children (the first child holding y, even when a residual draw produced it: the
-walk moves there) or ends the step; at a leaf a bonus token is drawn from p(· | v). A node with one child
-uses single-draft verification. The law of the emitted string is, with r_v the verifier's output law
-given the drafts,
+One step, as :class:`mdsd.TreeDecoder` runs it (docs/mathematics.md §4): at a node with path v and k children,
+the children are drafted by the verifier's law from q(· | v) and verified against p(· | v); the emitted token
+y is either one of the children (the first child holding y, even when a residual draw produced it: the walk
+moves there) or ends the step; at a leaf a bonus token is drawn from p(· | v). A node with one child uses
+single-draft verification. The law of the emitted string is, with r_v the verifier's output law given the
+drafts,
 
 .. math:: L_u(v) = \\sum_{\\bar x} Q(\\bar x) \\sum_y r_v(y \\mid \\bar x)
           \\begin{cases} y \\cdot L_{c(y)}(v y) & y \\in \\bar x

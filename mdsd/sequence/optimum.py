@@ -1,4 +1,4 @@
-"""The exact sequence-level optimum of tokens per step for a drafted token tree (MATH.md §7).
+"""The exact sequence-level optimum of tokens per step for a drafted token tree (docs/mathematics.md §7).
 
 A verifier of one decoding step sees the drafted tree T (law D) and emits a string s = y_1..y_{m+1}
 whose first m tokens are a path of T (m accepted drafts, one more token). It is lossless iff the emitted
@@ -14,7 +14,7 @@ a(s) = Σ_T x(T, s), so the best tokens per step is the linear program
 
 .. math:: \\max_{x \\ge 0} \\sum_{T, s} |s|\\, x(T, s) \\quad \\text{s.t. the rows above.}
 
-It is MATH.md §7's coupling LP in π(T, y, m) with its continuation summed out (π(T, y, m) =
+It is docs/mathematics.md §7's coupling LP in π(T, y, m) with its continuation summed out (π(T, y, m) =
 x(T, y_{1..m+1}) P(y_{m+2..L+1} | y_{1..m+1}) maps the optima onto each other); that literal program is
 ``method="coupling"`` (:mod:`mdsd.sequence.coupling`), and also gives the "idealised" optimum without
 the stopping-time rows (``lossless=False``: any coupling of T and y, Sun et al.'s 12/9).
@@ -153,7 +153,8 @@ def solve_tree_otm(
         False drops the stopping-time constraints: the best coupling of T and the target's sequence,
         which a verifier cannot reach (Sun et al.'s "idealised" verifier).
     method : {"auto", "emitted", "coupling"}
-        The compact LP in emitted strings (default) or MATH.md §7's coupling π(T, y, m) as written.
+        The compact LP in emitted strings (default) or the coupling π(T, y, m) of docs/mathematics.md §7
+        as written.
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""Token trees and the tree decoder (../shared/MATH.md §4)."""
+"""Token trees and the tree decoder (docs/mathematics.md §4)."""
 
 from mdsd.tree.decoder import TreeDecodeOutput, TreeDecoder
 from mdsd.tree.plan import DynamicTree

@@ -3,14 +3,15 @@
 A policy sees, per row, the depth it drafted and the drafts accepted at the last step, and returns the
 depth of the next step (1 ≤ depth ≤ the tree's depth); the decoder drafts the tree truncated at that depth.
 The choice uses only what earlier steps emitted, never the current step's drafts, so it cannot bias the
-output: every node's children are still drawn by its verifier's law (MATH.md §4).
+output: every node's children are still drawn by its verifier's law (docs/mathematics.md §4).
 
 * :class:`GrowShrink` — Hugging Face's assisted-generation heuristic: grow by 2 after a step that accepted
   every drafted level, else shrink by 1.
 * :class:`ExpectedRate` — maximise expected tokens per second: per row, the chance that a drafted level is
   accepted given its parent was is estimated online (a Beta posterior per depth), the expected tokens of the
-  tree truncated at depth L follow (MATH.md §4, Sequoia's F with one acceptance per level), and the step time
-  comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.depth_seconds` of measured profiles).
+  tree truncated at depth L follow (docs/mathematics.md §4, Sequoia's F with one acceptance per level), and
+  the step time comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.depth_seconds` of measured
+  profiles).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Every cache of mdsd keeps the same two regions per row:
 * the **committed** entries (the prefix the row has emitted), each visible to every later token;
 * the **step's** entries (``local``: the slots appended since :meth:`begin`, in order), each visible only
   where the caller says so: ``local [B, Q, S]`` over the S step slots written so far, and ``visible [B, Q,
-  Q]`` inside the new block (causal for pending tokens, "ancestors or self" for tree nodes; docs: tree
-  decoding).
+  Q]`` inside the new block (causal for pending tokens, "ancestors or self" for tree nodes;
+  docs/mathematics.md §4).
 
 :meth:`forward` runs the model on a block and records it; :meth:`commit` keeps the accepted path's step
 entries (``index [B, W]`` slot offsets into the step region, ``count [B]`` of them valid), moved in order

@@ -1,4 +1,4 @@
-"""Multi-draft token-tree speculative decoding with any verifier (../shared/MATH.md §3-4).
+"""Multi-draft token-tree speculative decoding with any verifier (docs/mathematics.md §3-4).
 
 One step is a ladder of phase functions, for every row of a batch at once:
 

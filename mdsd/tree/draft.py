@@ -1,8 +1,9 @@
 """The draft phase of a decoding step: grow the step's tree level by level with the draft model.
 
 For every row of the batch, one draft forward per depth runs over the nodes expanded at that depth (tree
-attention: each node sees the prefix and its ancestors; position = root position + depth, MATH.md §4), and
-each expanded node draws its children with its verifier's law from ``q = softmax(logits / T)`` (float32).
+attention: each node sees the prefix and its ancestors; position = root position + depth, docs/mathematics.md
+§4), and each expanded node draws its children with its verifier's law from ``q = softmax(logits / T)``
+(float32).
 At T = 0 the children are the draft's top-k tokens (greedy decoding has its own path). Everything stays on
 the model's device; nothing here waits for the device.
 """

@@ -9,7 +9,7 @@ numbered level by level, so every depth is a contiguous block and a parent prece
   (``nodes=None``: the ``size`` most probable drafted nodes of a pool, EAGLE-2 style). Its children are fixed
   node indices. A group may also hold ``fixed`` deterministic children per node, placed before the random
   ones: tokens proposed by a training-free source (:mod:`mdsd.drafters`), verified with the drawn ones by
-  :func:`mdsd.tree.step.verify_nodes` (MATH.md §2, mixed nodes).
+  :func:`mdsd.tree.step.verify_nodes` (docs/mathematics.md §2, mixed nodes).
 * **Retrieved chains** (``retrieval``, [width, depth] node indices) hang below the root: chain i is the i-th
   proposal of a source, one deterministic token per node. They follow the model's nodes in the numbering.
 * ``forward`` nodes go to the target's one forward per step (all of them for a static tree; the root and
@@ -18,7 +18,7 @@ numbered level by level, so every depth is a contiguous block and a parent prece
 
 Losslessness never depends on the plan: every node's children are drawn by its verifier's law from
 q(· | path) with a k fixed before they are drawn, and which nodes are expanded or forwarded depends only on
-draft-side values (../shared/MATH.md §4).
+draft-side values (docs/mathematics.md §4).
 """
 
 from __future__ import annotations

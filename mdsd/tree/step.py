@@ -146,7 +146,7 @@ def verify_paths(
 
     Per row the rule returns the accepted node a and the next token; the path root → a becomes the
     accepted children and the next token the stop token of a, so :func:`walk` emits
-    ``tokens[path]`` then the next token, as the rule's step law says (MATH.md §7).
+    ``tokens[path]`` then the next token, as the rule's step law says (docs/mathematics.md §7).
     """
     from mdsd.sequence.block import block_verify_unchecked as block_kernel
     from mdsd.sequence.traversal import traversal_verify_unchecked as traversal_kernel
@@ -194,7 +194,8 @@ def _verify_mixed(
 
     .. math:: \alpha = p(D) + \alpha_{\text{verifier}}(\tilde p, \tilde q),
 
-    which for the optimal verifier is the optimum of the mixed law (MATH.md §2; mdsd.drafters.mixed).
+    which for the optimal verifier is the optimum of the mixed law (docs/mathematics.md §2;
+    mdsd.drafters.mixed).
     With no deterministic child (a source proposed nothing) p̃ = p.
     """
     f = e.group.fixed

@@ -1,4 +1,4 @@
-"""Token trees for multi-draft speculative decoding (../shared/MATH.md §4).
+"""Token trees for multi-draft speculative decoding (docs/mathematics.md §4).
 
 A tree has a root (node 0: the last accepted token, not drafted) and ``size`` drafted nodes
 ``1..size``. A node's children are the k drafts sampled from q(· | path to the node). Nodes are kept

@@ -1,7 +1,7 @@
 """The ``Verifier`` contract: a lossless verification rule bundled with its draft law.
 
 A verifier sees the target p, the draft q and the k drafts x̄ drawn from its law Q(q), and emits a token
-Y whose law is exactly p whatever x̄ was drawn. Its acceptance is P(Y ∈ set(x̄)) (MATH.md §1, §3): a
+Y whose law is exactly p whatever x̄ was drawn. Its acceptance is P(Y ∈ set(x̄)) (docs/mathematics.md §1, §3): a
 token that equals a draft counts as accepted even when a residual or bonus draw produced it (§4).
 Shapes: B batch (any leading dimensions), K drafts, V vocabulary.
 

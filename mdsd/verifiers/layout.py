@@ -1,7 +1,7 @@
 r"""The priority layout: an exact selection rule for i.i.d. drafts that reaches α* at any vocabulary size.
 
 **The rule.** Each of the k drafts draws a random *depth* o ∈ [0, 1] from a distribution that depends only
-on its token; the draft of least depth is selected, and the two-step verifier (MATH.md §6,
+on its token; the draft of least depth is selected, and the two-step verifier (docs/mathematics.md §6,
 :mod:`mdsd.verifiers.twostep`) accepts it against p. The depth distributions come from one *layout*: the
 unit interval is cut into pieces, token y owns pieces of total length q(y), and a draft of y draws its
 depth uniformly from y's pieces. A random draft then has a uniform depth (the pieces tile [0, 1]), so the

@@ -1,4 +1,4 @@
-"""The optimal verifier: the two-step verifier (MATH.md §6) with a selection rule that reaches α*.
+"""The optimal verifier: the two-step verifier (docs/mathematics.md §6) with a selection rule that reaches α*.
 
 * i.i.d. drafts, any vocabulary and k: the priority layout of :mod:`mdsd.verifiers.layout` (each draft
   draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form

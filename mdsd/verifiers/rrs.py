@@ -1,4 +1,4 @@
-"""Recursive rejection sampling with i.i.d. drafts (RRS; SpecTr / SpecInfer, MATH.md §3)."""
+"""Recursive rejection sampling with i.i.d. drafts (RRS; SpecTr / SpecInfer, docs/mathematics.md §3)."""
 
 from __future__ import annotations
 

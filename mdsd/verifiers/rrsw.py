@@ -1,4 +1,5 @@
-"""Recursive rejection sampling with drafts without replacement (RRSw; SpecHub's baseline, MATH.md §3)."""
+"""Recursive rejection sampling with drafts without replacement (RRSw; SpecHub's baseline;
+docs/mathematics.md §3)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def spechub_terms(p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor) -> dict[s
 
 @register
 class SpecHubVerifier(Verifier):
-    r"""SpecHub's verification of the hub pair, a = argmax q (MATH.md §3).
+    r"""SpecHub's verification of the hub pair, a = argmax q (docs/mathematics.md §3).
 
     Pair (i, a): accept i w.p. min(1, p_i/q_i); else a w.p. min(1, (p_a − S_ai)+/S_ia).
     Pair (a, i): accept i w.p. min(1, (p_i − q_i)+/Q(a,i)); else a w.p. min(1, p_a/S_ai).

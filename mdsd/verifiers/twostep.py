@@ -1,4 +1,5 @@
-"""The two-step verifier (MATH.md §6): select one draft, then single-draft speculative sampling against p.
+"""The two-step verifier (docs/mathematics.md §6): select one draft, then single-draft speculative sampling
+against p.
 
 A selection rule picks Z = z ∈ set(x̄) with probability s(z | x̄), or no draft (Z = ⊥). With its exact law
 F(z) = Σ_x̄ Q(x̄) s(z | x̄), accept z with probability min(1, p(z)/F(z)); on rejection or ⊥ emit a draw of

@@ -6,7 +6,7 @@ ties, p = q, disjoint supports and a one-hot target on the draft's least likely 
 
 The brute force is independent of every solver and of mdsd.laws' own formulas for the i.i.d. and
 without-replacement laws: it enumerates the joint itself (each "1 − mass" summed from what remains) and
-minimises p(A) + 1 − Q(set(x̄) ⊆ A) over all 2^n token subsets (MATH.md §1, Hu et al. 2025).
+minimises p(A) + 1 − Q(set(x̄) ⊆ A) over all 2^n token subsets (docs/mathematics.md §1, Hu et al. 2025).
 """
 
 from __future__ import annotations

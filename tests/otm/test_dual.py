@@ -231,7 +231,7 @@ def test_regression_wor2_peaked_draft_used_one_minus_q_for_the_rest_mass():
 def test_sorted_prefix_claim_against_all_cuts(name):
     """The dual's minimising set is a p/q prefix (a closed form's set for hub/greedy/top-k): the dual's
     value equals the minimum over all 2^n cuts, n = 6..8, k up to 6, inputs spanning 1e-300..1. A theorem
-    for i.i.d. drafts and k <= 2 without replacement, a conjecture for k >= 3 (MATH.md §1)."""
+    for i.i.d. drafts and k <= 2 without replacement, a conjecture for k >= 3 (docs/mathematics.md §1)."""
     rng = np.random.default_rng(sum(map(ord, name)) + 12)
     checked = 0
     while checked < (200 if name == "without_replacement" else 60):

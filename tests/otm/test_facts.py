@@ -1,4 +1,5 @@
-"""Known facts about α* (MATH.md §1) and adversarial inputs, each against an independent computation."""
+"""Known facts about α* (docs/mathematics.md §1) and adversarial inputs, each against an independent
+computation."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The sequence-level optimum of tokens per step (MATH.md §7): node-level OTM at depth 1, the literal
-coupling LP, certificates, Sun et al.'s worked example from first principles, and its limits."""
+"""The sequence-level optimum of tokens per step (docs/mathematics.md §7): node-level OTM at depth 1, the
+literal coupling LP, certificates, Sun et al.'s worked example from first principles, and its limits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The two-step verifier is lossless for any selection rule whose law F is exact (MATH.md §6)."""
+"""The two-step verifier is lossless for any selection rule whose law F is exact (docs/mathematics.md §6)."""
 
 from __future__ import annotations
 
