@@ -18,13 +18,18 @@ import dataclasses
 import datetime
 import hashlib
 import importlib.metadata
+import itertools
 import json
+import math
 import platform
 import subprocess
 import sys
+import tempfile
 import typing
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 _PACKAGES = ("mdsd", "numpy", "scipy", "torch", "networkx", "highspy", "cvxpy", "transformers")
 
@@ -62,14 +67,52 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
     return cls(**values)
 
 
-def output_dir(name: str, given: str = "") -> Path:
-    """Where an experiment writes: ``given`` if set (e.g. ``results/<name>`` to update committed results on
-    purpose), else a fresh ``runs/<name>-<UTC time>`` (runs/ is not tracked), so a default run never
-    overwrites committed results."""
+def output_dir(name: str, given: str = "", flag: str = "--output-dir") -> Path:
+    """Where an experiment writes, created now (before any work, so a bad ``--output-dir`` fails at once):
+    ``given`` if set (e.g. ``results/<name>`` to update committed results on purpose), else a fresh
+    ``runs/<name>-<UTC time>`` in the repository's runs/ folder (not tracked; or in the working directory
+    when mdsd is not run from a checkout), so a default run never overwrites committed results. Two runs
+    started in the same second get different folders (``-2``, ``-3``, ...: each folder is created
+    atomically by the run that names it)."""
     if given:
-        return Path(given)
+        return ensure_output_dir(given, flag)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{name}-{stamp}"
+    runs = _runs_root()
+    ensure_output_dir(runs, "runs/")
+    for attempt in itertools.count(1):
+        path = runs / (f"{name}-{stamp}" if attempt == 1 else f"{name}-{stamp}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
+def _runs_root() -> Path:
+    """runs/ at the top of the checkout this mdsd comes from (an editable install), else in the working
+    directory: a script run from experiments/ writes to the same runs/ as one run from the top."""
+    top = Path(__file__).resolve().parents[1]
+    return (top if (top / "pyproject.toml").is_file() and (top / ".git").exists() else Path.cwd()) / "runs"
+
+
+def ensure_output_dir(path: str | Path, flag: str = "--output-dir") -> Path:
+    """``path`` as a folder that exists and takes files (created if needed), or a ``ValueError`` naming
+    ``flag``.
+
+    >>> ensure_output_dir("/dev/null/x")
+    Traceback (most recent call last):
+    ...
+    ValueError: --output-dir /dev/null/x: cannot write there (Not a directory)
+    """
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
+    return folder
 
 
 def git_revision() -> str | None:
@@ -152,14 +195,32 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / f"{name}.json", out / f"{name}.csv"
-    payload = {"metadata": metadata(config, seed, models, prompt_sets), **extra, "rows": rows}
-    json_path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
+    payload = strict_json({"metadata": metadata(config, seed, models, prompt_sets), **extra, "rows": rows})
+    json_path.write_text(json.dumps(payload, indent=2, allow_nan=False, default=float) + "\n")
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with csv_path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(payload["rows"])  # a missing value is an empty cell
     return json_path, csv_path
+
+
+def strict_json(value: object) -> object:
+    """``value`` with every NaN or infinite float (numpy's too) replaced by None and numpy scalars and arrays
+    made plain, so that ``json.dumps(..., allow_nan=False)`` writes strict JSON (``null``, never ``NaN``).
+
+    >>> strict_json({"a": [float("nan"), np.float32(0.5), np.inf], "b": (1, np.int64(2))})
+    {'a': [None, 0.5, None], 'b': [1, 2]}
+    """
+    if isinstance(value, dict):
+        return {key: strict_json(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 @contextlib.contextmanager

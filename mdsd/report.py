@@ -67,9 +67,11 @@ class ReportConfig:
                 raise ValueError(f"temperatures: every temperature must be finite and > 0, got {t}")
         if not 0.0 <= self.similarity <= 1.0:
             raise ValueError(f"similarity must lie in [0, 1], got {self.similarity}")
-        if min(self.n, self.pairs, self.real_rows) < 1:
+        if min(self.pairs, self.real_rows) < 1:
+            raise ValueError(f"pairs and real_rows must be >= 1, got {self.pairs} and {self.real_rows}")
+        if self.n < 2:
             raise ValueError(
-                f"n, pairs and real_rows must be >= 1, got {self.n}, {self.pairs}, {self.real_rows}"
+                f"n must be >= 2, got {self.n}: on a vocabulary of one token p = q and every acceptance is 1"
             )
 
 
@@ -121,10 +123,19 @@ def real_blocks(config: ReportConfig) -> list[Block]:
 
 def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str, object]]:
     """(k, kind, name, law or verifier or skip reason) for every quantity of a block."""
+    n = q.shape[-1]
     for k in config.k:
         for name in config.laws:
             law = make_law(name, k)
-            yield k, "optimum", name, law if law is not None else f"the {name} law has no k = {k}"
+            if law is None:
+                yield k, "optimum", name, f"the {name} law has no k = {k}"
+                continue
+            try:
+                law.check(np.full(n, 1.0 / n))  # k distinct drafts need k tokens
+            except ValueError:
+                yield k, "optimum", name, f"{law!r} draws more distinct tokens than n = {n}"
+                continue
+            yield k, "optimum", name, law
         for name in config.verifiers:
             if not supports(name, k):
                 yield (
@@ -135,13 +146,16 @@ def _units(config: ReportConfig, q: np.ndarray) -> Iterator[tuple[int, str, str,
                 )
                 continue
             v = verifier(name, k)
+            if v.vocabulary_obstacle(n) is not None:
+                yield k, "verifier", name, f"{v!r} drafts more distinct tokens than n = {n}"
+                continue
             reason = v.exact_obstacle(q)  # e.g. RRSw's k >= 3 enumeration on a large vocabulary
             yield k, "verifier", name, v if reason is None else reason
 
 
-def _ci95(values: np.ndarray) -> float:
+def _ci95(values: np.ndarray) -> float | None:
     if values.size < 2:
-        return float("nan")
+        return None
     return float(scipy.stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
 
 
@@ -177,10 +191,10 @@ def report(
                 "kind": kind,
                 "name": name,
                 "law": name if kind == "optimum" else getattr(getattr(what, "law", None), "name", ""),
-                "mean": float("nan"),
-                "ci95": float("nan"),
-                "optimum": float("nan"),
-                "gap": float("nan"),
+                "mean": None,  # None (JSON null) where the quantity is skipped
+                "ci95": None,
+                "optimum": None,
+                "gap": None,
                 "skipped": what if isinstance(what, str) else "",
             }
             if isinstance(what, DraftLaw):

@@ -1,5 +1,6 @@
 """mdsd.report and `mdsd report`: a tiny configuration runs, and its numbers equal direct API calls."""
 
+import csv
 import json
 import math
 
@@ -79,7 +80,7 @@ def test_invalid_combinations_are_skipped_with_a_reason(rows):
         assert (("spechub", k) in skipped) == (k != 2)
         assert (("hub", k) in skipped) == (k != 2)
     assert all(isinstance(r["skipped"], str) for r in rows)
-    assert all(math.isnan(r["mean"]) for r in rows if r["skipped"])
+    assert all(r["mean"] is None and r["gap"] is None for r in rows if r["skipped"])
 
 
 def test_given_blocks_are_reported_as_is():
@@ -102,6 +103,22 @@ def test_config_rejects_bad_values():
         ReportConfig(temperatures=(0.0,))
     with pytest.raises(ValueError, match="k"):
         ReportConfig(k=(0,))
+    with pytest.raises(ValueError, match="n must be >= 2, got 1: on a vocabulary of one token"):
+        ReportConfig(n=1)
+
+
+def test_a_vocabulary_smaller_than_k_skips_with_a_reason_regression_n_1(capsys):
+    """Bug: mdsd report --n 1 (or --n 2 with k = 3) stopped on an internal law message; n = 1 is now refused
+    up front, and the laws and verifiers that draw more distinct tokens than n are skipped, saying so."""
+    assert main(["report", "--n", "1"]) == 2
+    assert capsys.readouterr().err.startswith("mdsd report: error: n must be >= 2")
+    rows = report(ReportConfig(k=(2, 3), temperatures=(1.0,), n=2, pairs=2, real=False))
+    skipped = {(r["name"], r["k"]): r["skipped"] for r in rows if r["skipped"]}
+    assert (
+        skipped[("without_replacement", 3)] == "WithoutReplacement(k=3) draws more distinct tokens than n = 2"
+    )
+    assert skipped[("rrsw", 3)] == "verifier('rrsw', k=3) drafts more distinct tokens than n = 2"
+    assert ("iid", 3) not in skipped and ("rrs", 3) not in skipped
 
 
 def test_cli_writes_results_and_plots(tmp_path, capsys):
@@ -128,7 +145,7 @@ def test_cli_writes_results_and_plots(tmp_path, capsys):
     assert code == 0
     shown = capsys.readouterr().out
     assert "OTM iid" in shown and "spechub" in shown
-    payload = json.loads((tmp_path / "report.json").read_text())
+    payload = json.loads((tmp_path / "report.json").read_text(), parse_constant=_not_json)
     meta = payload["metadata"]
     assert meta["seed"] == 3 and meta["config"]["n"] == 5 and "git_revision" in meta
     assert meta["versions"]["numpy"]
@@ -136,6 +153,38 @@ def test_cli_writes_results_and_plots(tmp_path, capsys):
     assert (tmp_path / "report.csv").read_text().splitlines()[0].startswith("source,")
     for name in ("acceptance_vs_temperature", "gap_vs_k", "optimum_vs_k"):
         assert (tmp_path / f"report_{name}.png").stat().st_size > 1000
+
+
+def _not_json(constant: str):
+    raise AssertionError(f"{constant} is not JSON: a strict parser rejects it")
+
+
+def test_report_json_is_strict_json_regression_nan(tmp_path, capsys):
+    """Bug: report.json held NaN (80 cells of the default report), which no strict JSON parser reads.
+    Skipped quantities (SpecHub at k = 1, one pair: no interval) are null in JSON and empty in CSV."""
+    argv = ["report", "--n", "4", "--pairs", "1", "--temperatures", "1.0", "--k", "1", "2", "--no-real"]
+    assert main([*argv, "--no-plots", "--output-dir", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "report.json").read_text(), parse_constant=_not_json)["rows"]
+    skipped = [r for r in rows if r["skipped"]]
+    assert skipped and all(r["mean"] is None for r in skipped) and all(r["ci95"] is None for r in rows)
+    table = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert (
+        all(r["mean"] == "" for r in table if r["skipped"])
+        and "nan" not in (tmp_path / "report.csv").read_text()
+    )
+
+
+def test_an_output_dir_that_cannot_be_written_fails_before_the_work_regression(monkeypatch, capsys):
+    """Bug: --output-dir /dev/null/x failed only after all the work."""
+    import mdsd.cli.report as cli_report
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the report ran before its output folder was checked")
+
+    monkeypatch.setattr(cli_report, "report", no_work)
+    assert main(["report", "--output-dir", "/dev/null/x"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mdsd report: error: --output-dir /dev/null/x: cannot write there (Not a directory)\n"
 
 
 def test_cli_bad_flag_value_is_a_one_line_error(tmp_path, capsys):
@@ -179,3 +228,29 @@ def test_bundled_real_pairs_are_included_by_default():
     assert (block.source, block.temperature) == ("real", 0.6)
     np.testing.assert_allclose(block.p, corpus.p[rows], rtol=1e-12)
     np.testing.assert_allclose(block.q, corpus.q[rows], rtol=1e-12)
+
+
+def test_plots_zoom_on_real_acceptance_and_name_the_verifiers_at_zero_regression(monkeypatch, tmp_path):
+    """Bugs: the real-pair acceptance plot's 0-1 axis flattened the 0.80-0.95 differences that matter, and in
+    the gap-vs-k plot five verifiers' lines lay on top of each other at 0, hiding four of them."""
+    import mdsd.cli.report as cli_report
+
+    figures = []
+    monkeypatch.setattr(cli_report, "_save", lambda fig, path: figures.append((path.name, fig)) or path)
+
+    def row(source, name, k, mean, optimum):
+        kind = "verifier" if name != "iid" else "optimum"
+        return dict(source=source, temperature=0.6, kind=kind, name=name, k=k, mean=mean, optimum=optimum)
+
+    rows = []
+    for k in (1, 2):
+        rows += [row("real", "rrs", k, 0.82 + 0.05 * k, 0.9 + 0.05 * k), row("real", "iid", k, 0.9, 0.9)]
+        rows += [row("real", name, k, 0.9, 0.9) for name in ("spechub", "greedy", "optimal")]
+    for r in rows:
+        r.update(skipped="", gap=r["optimum"] - r["mean"] if r["kind"] == "verifier" else None)
+    cli_report.plot(rows, tmp_path)
+    shown = dict(figures)
+    acceptance = shown["report_acceptance_vs_temperature_real.png"].axes[0]
+    assert acceptance.get_ylim()[0] == pytest.approx(0.85)  # the lowest value, floored to 0.05
+    labels = [t.get_text() for t in shown["report_gap_vs_k.png"].axes[0].get_legend().get_texts()]
+    assert labels == ["rrs", "0 (optimal for its law): spechub, greedy, optimal"]

@@ -20,8 +20,9 @@ import json
 import numpy as np
 
 from mdsd.cli.optimal import add_pair_arguments, read_pair
+from mdsd.experiment import strict_json
 from mdsd.otm import optimal_acceptance
-from mdsd.validation import as_pair
+from mdsd.validation import as_pair, check_k
 from mdsd.verifiers import estimate_acceptance, supports, verifier, verifier_class, verifier_names
 
 
@@ -85,6 +86,8 @@ def acceptance_rows(
 
 
 def run(args: argparse.Namespace) -> int:
+    check_k(args.k, "--k")
+    check_k(args.samples, "--samples")  # whether or not an estimate turns out to be needed
     p, q, example = read_pair(args)
     p, q = as_pair(p, q)
     if p.ndim != 1:
@@ -92,18 +95,23 @@ def run(args: argparse.Namespace) -> int:
     rows, skipped = acceptance_rows(p, q, args.k, args.samples, args.seed)
     if args.json:
         out = {"n": int(p.size), "k": args.k, "example": example, "rows": rows, "skipped": skipped}
-        print(json.dumps(out))
+        print(json.dumps(strict_json(out), allow_nan=False))
         return 0
     source = "built-in example" if example else f"p={args.p}, q={args.q}"
     print(f"acceptance P(output ∈ drafts), n = {p.size}, k = {args.k} ({source})")
-    print(f"{'verifier':<9} {'law':<20} {'k':>2} {'acceptance':>11} {'optimum':>9} {'gap':>9}")
+    wide = max(len("verifier"), *(len(r["verifier"]) for r in rows))  # optimal:wor is wider than the rest
+    laws = max(len("law"), *(len(r["law"]) for r in rows))
+    print(f"{'verifier':<{wide}} {'law':<{laws}} {'k':>2} {'acceptance':>11} {'optimum':>9} {'gap':>9}")
     for r in rows:
         mark = "" if r["exact"] else f"  (estimate, 95% CI {r['interval'][0]:.4f}-{r['interval'][1]:.4f})"
         if r["optimum"] is None:
             optimum, gap, mark = f"{'n/a':>9}", f"{'n/a':>9}", f"{mark}  (optimum: {r['optimum_note']})"
         else:
             optimum, gap = f"{r['optimum']:>9.6f}", f"{r['gap']:>9.6f}"
-        print(f"{r['verifier']:<9} {r['law']:<20} {r['k']:>2} {r['acceptance']:>11.6f} {optimum} {gap}{mark}")
+        line = (
+            f"{r['verifier']:<{wide}} {r['law']:<{laws}} {r['k']:>2} {r['acceptance']:>11.6f} {optimum} {gap}"
+        )
+        print(line + mark)
     for entry in skipped:
         print(f"skipped: {entry['verifier']} (k = {entry['k']}): {entry['reason']}")
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mdsd.experiment import strict_json
 from mdsd.laws import law_from_name, law_names
 from mdsd.otm import METHODS, solve_otm
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             "cut_value": result.cut_value,
             "example": example,
         }
-        print(json.dumps(record))
+        print(json.dumps(strict_json(record), allow_nan=False))
         return 0
     source = "built-in example" if example else f"p={args.p}, q={args.q}"
     print(f"optimal acceptance α* = {result.value:.12g}   ({law!r}, n = {np.size(p)}, {source})")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import typing
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from mdsd.experiment import write_results
+from mdsd.experiment import ensure_output_dir, write_results
 from mdsd.report import ReportConfig, count_units, real_blocks, report, summarise, toy_blocks
 
 
@@ -47,6 +48,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ReportConfig)}
     config = ReportConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    ensure_output_dir(args.output_dir)  # before the work, not after it
     blocks = toy_blocks(config) + (real_blocks(config) if config.real else [])
     with tqdm(total=count_units(config, blocks), desc="mdsd report", unit="row") as bar:
         rows = report(config, blocks, progress=bar.update)
@@ -81,6 +83,7 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     verifiers = list(dict.fromkeys(r["name"] for r in done if r["kind"] == "verifier"))
     for source in dict.fromkeys(r["source"] for r in done if r["temperature"] is not None):
         chosen = [r for r in done if r["source"] == source and r["kind"] == "verifier"]
+        low = min(_floor(min(min(r["mean"], r["optimum"]) for r in chosen)), 0.9)
         cols = min(4, len(verifiers))
         rows_n = -(-len(verifiers) // cols)
         fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 3.3 * rows_n), squeeze=False)
@@ -99,7 +102,9 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
                 ax.plot(t, mean, "o-", color=color, markersize=3, label=f"k = {k}", zorder=2)
             ax.plot([], [], "-", color="gray", linewidth=4, alpha=0.4, label="optimum of its law")
             ax.set_xscale("log")
-            ax.set_ylim(0, 1.02)  # one scale for every panel: gaps of 0.01 look like 0.01
+            # one scale for every panel of the figure (gaps of 0.01 look alike), from the data's lowest value:
+            # on real pairs acceptance lies in 0.8-1, where a 0-1 axis flattens the differences that matter
+            ax.set_ylim(low, 1.0 + 0.02 * (1.0 - low))
             ax.set_title(f"{_describe(source)}: {name}", fontsize=9)
             ax.set_xlabel("temperature T")
             ax.set_ylabel("acceptance")
@@ -118,7 +123,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 3.6), squeeze=False)
         for ax, source in zip(axes[0], sources, strict=True):
             chosen = [r for r in done if r["source"] == source and r["kind"] == kind]
-            for name in dict.fromkeys(r["name"] for r in chosen):
+            at_zero = []  # verifiers optimal for their law: lines on top of each other at 0, drawn once
+            for i, name in enumerate(dict.fromkeys(r["name"] for r in chosen)):
                 points = []
                 for k in ks:
                     values = [
@@ -129,16 +135,36 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
                     if values:
                         points.append((k, float(np.mean(values))))
                 x, y = zip(*points, strict=True)
-                ax.plot(x, y, "o-", label=name)
+                if kind == "verifier" and max(abs(v) for v in y) < 1e-9:
+                    at_zero.append(name)
+                    continue
+                ax.plot(x, y, marker=MARKERS[i % len(MARKERS)], label=name)
+            if at_zero:
+                ax.axhline(
+                    0.0, color="k", linewidth=1.5, label=f"0 (optimal for its law): {', '.join(at_zero)}"
+                )
             ax.set_xticks(ks)
             ax.set_xlabel("k (drafts)")
             ax.set_ylabel(ylabel)
-            ax.set_ylim(0, 1.02 if kind == "optimum" else None)
+            if kind == "optimum":
+                ax.set_ylim(0, 1.02)  # gaps: automatic limits, with a margin that shows the line at 0
             ax.set_title(f"{_describe(source)} (mean over temperatures)", fontsize=9)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left" if kind == "verifier" else "best")
         fig.tight_layout()
         paths.append(_save(fig, out_dir / stem))
     return paths
+
+
+MARKERS = "os^vDP*Xhp"  # a marker per line, so that lines that meet stay apart
+
+
+def _floor(value: float) -> float:
+    """The axis floor under ``value``: a multiple of 0.05 below it (0 at most), for acceptance plots.
+
+    >>> _floor(0.83), _floor(0.2), _floor(-0.1)
+    (0.8, 0.2, 0.0)
+    """
+    return max(0.0, math.floor(round(value * 20, 9)) / 20)
 
 
 def _describe(source: str) -> str:

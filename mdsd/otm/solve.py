@@ -63,15 +63,25 @@ def check_enumerable(q: np.ndarray, law: DraftLaw, method: str) -> None:
     instead = "use method='dual'" if law.dual_form() is not None else "use a smaller vocabulary"
     if tuples > MAX_TUPLES:
         raise ValueError(
-            f"{law!r} on {q.size} tokens has too many draft tuples ({tuples} > {MAX_TUPLES}) for method "
-            f"{method!r}; {instead}"
+            f"{law!r} on {q.size} tokens has too many draft tuples ({_count(tuples)} > {MAX_TUPLES:,}) for "
+            f"method {method!r}; {instead}"
         )
     if method == "coupling" and (tuples > MAX_COUPLING_TUPLES or tuples * q.size > MAX_COUPLING_VARIABLES):
         raise ValueError(
-            f"{law!r} on {q.size} tokens makes a coupling LP of {tuples} tuples and {tuples * q.size} "
-            f"variables (at most {MAX_COUPLING_TUPLES} and {MAX_COUPLING_VARIABLES}); use method='lp' or "
+            f"{law!r} on {q.size} tokens makes a coupling LP of {_count(tuples)} tuples and "
+            f"{_count(tuples * q.size)} variables (at most {MAX_COUPLING_TUPLES:,} and "
+            f"{MAX_COUPLING_VARIABLES:,}); use method='lp' or "
             "'maxflow'" + (", or 'dual'" if law.dual_form() is not None else "")
         )
+
+
+def _count(n: int) -> str:
+    """An exact count up to 10^9 (with thousands separators), else three significant digits.
+
+    >>> _count(40_320), _count(8**100)
+    ('40,320', '2.04e+90')
+    """
+    return f"{n:,}" if n < 10**9 else f"{float(n):.3g}"
 
 
 def _solve_dual(p: np.ndarray, q: np.ndarray, law: DraftLaw) -> OTMResult:

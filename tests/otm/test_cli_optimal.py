@@ -61,6 +61,8 @@ def test_text_output_shows_value_and_certificate(capsys):
         (["--law", "hub", "--k", "3"], "hub law has k = 2"),
         (["--method", "simplex"], "method must be one of"),
         (["--k", "0"], "k must be >= 1"),
+        # regression: the tuple count was printed in full (91 digits)
+        (["--k", "100", "--method", "maxflow"], "too many draft tuples (2.04e+90 > 1,000,000)"),
         (["--p", "P.json", "--q", "missing.json"], "No such file"),
         (["--p", "P.json", "--q", "Q.txt"], "expected a .npy or .json file"),
         (["--p", "P.json", "--q", "BAD.json"], "not valid JSON"),
@@ -130,7 +132,7 @@ def test_coupling_too_large_is_a_one_line_error(tmp_path, capsys):
     files = ["--p", str(tmp_path / "p.json"), "--q", str(tmp_path / "p.json")]
     assert main(["optimal", *files, "--method", "coupling", "--k", "8"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "coupling LP of 65536 tuples" in err and "use method='lp'" in err
+    assert err.count("\n") == 1 and "coupling LP of 65,536 tuples" in err and "use method='lp'" in err
 
 
 def test_help_quotes_the_builtin_example():

@@ -89,7 +89,7 @@ def test_coupling_refuses_more_variables_than_it_can_build():
     p, q = [0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4]
     with pytest.raises(
         ValueError,
-        match="coupling LP of 65536 tuples and 262144 variables .* use method='lp' or 'maxflow', or 'dual'",
+        match="coupling LP of 65,536 tuples and 262,144 variables .* use method='lp' or 'maxflow', or 'dual'",
     ):
         mdsd.solve_otm(p, q, mdsd.IID(8), method="coupling")
     assert mdsd.solve_otm(p, q, mdsd.IID(8), method="lp").value == pytest.approx(

@@ -99,6 +99,20 @@ def test_bad_input_exits_with_status_2(tmp_path, capsys):
     )
 
 
+def test_the_table_is_aligned_with_optimal_wor_regression(capsys):
+    """Bug: the optimal:wor row (the longest name) was shifted right of the others."""
+    assert main(["acceptance"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines[-1].startswith("optimal:wor ") and len({len(line) for line in lines}) == 1
+
+
+@pytest.mark.parametrize("samples", ["0", "-5"])
+def test_samples_are_checked_before_the_work_regression(capsys, samples):
+    """Bug: --samples 0 or -5 was accepted unless a Monte Carlo estimate happened to be needed."""
+    assert main(["acceptance", "--samples", samples]) == 2
+    assert capsys.readouterr().err == f"mdsd acceptance: error: --samples must be >= 1, got {samples}\n"
+
+
 def test_k_beyond_the_vocabulary_skips_only_those_verifiers(tmp_path, capsys):
     """Regression (issue 12 §6): `mdsd acceptance --k 5` at n = 4 aborted because one law needs 5
     distinct tokens; now the rows that apply are reported and the others listed with the reason."""
