@@ -30,9 +30,9 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import mdsd
-from mdsd.cli.decode import compile_option, parse_tree
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.tree.cache import ModelCache
+from mdsd.tree.spec import compile_option, parse_tree
 from mdsd.tree.static import StaticLM
 
 SHAPES = {  # (hidden, intermediate, layers, heads, kv heads, vocabulary)

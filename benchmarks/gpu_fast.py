@@ -258,7 +258,7 @@ def syncs() -> list[dict]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from tiny_lms import perturbed, tiny_lm
 
-    from mdsd.cli.decode import parse_tree
+    from mdsd.tree.spec import parse_tree
 
     target = tiny_lm(0, vocab=1000).to(DEV)
     draft = perturbed(target, 0.5, seed=1).to(DEV)

@@ -35,7 +35,6 @@ config, seed, models' provenance, overheads), the two profiles, cost_model.png a
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -50,8 +49,9 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.cli.decode import compile_option, parse_tree
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.hf.tiny import tiny_pair
+from mdsd.tree.spec import compile_option, parse_tree
 
 
 @dataclass(frozen=True)
@@ -101,16 +101,6 @@ QUICK = dict(
     overhead_batches=(1, 2),
     overhead_tokens=4,
 )
-
-
-def tiny_pair(seed: int):
-    """The sibling experiment's tiny random pair (experiments/batch_efficiency.py), for --quick."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import batch_efficiency
-
-    return batch_efficiency.tiny_pair(seed)
 
 
 def load(config: Config):
@@ -350,17 +340,6 @@ def summary(rows: list[dict], config: Config, overheads) -> str:
     return "\n".join(lines) + "\n"
 
 
-def output_dir(config: Config) -> Path:
-    if config.output_dir:
-        return Path(config.output_dir)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path("runs") / f"cost_model-{stamp}"
-    suffix = 1
-    while out.exists():
-        out, suffix = Path("runs") / f"cost_model-{stamp}-{suffix}", suffix + 1
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     if config.quick:
@@ -371,8 +350,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     path = compile_option(config.compile)  # checked before any work
     torch.set_num_threads(config.threads)
-    out = output_dir(config)
-    out.mkdir(parents=True, exist_ok=bool(config.output_dir))
+    out = output_dir("cost_model", config.output_dir)
     target, draft, prompts = load(config)
     trees = [parse_tree(spec) for spec in config.trees]
     overhead_context = _overhead_context(prompts)

@@ -1,8 +1,8 @@
 """Where drafts come from: the draft model against training-free sources, and mixed trees, on a real pair.
 
-Per prompt set (HumanEval: code; MT-Bench: chat), the methods of experiments/batch_efficiency.py (same
-prompts, seeds, budget, forward hooks; tokens per target forward with a 95% interval over prompts, tokens/s)
-for every source of draft tokens:
+Per prompt set (HumanEval: code; MT-Bench: chat), the methods of mdsd.hf.methods measured as in
+experiments/batch_efficiency.py (same prompts, seeds, budget, forward hooks; tokens per target forward with a
+95% interval over prompts, tokens/s) for every source of draft tokens:
 
 * ``model``: the draft model's trees (chain:4, binary:3 = 14 nodes, a Sequoia tree of 16 nodes);
 * ``lookup`` (prompt + output so far), ``datastore`` (a suffix array over the CPython standard library's
@@ -28,19 +28,15 @@ and on tokens/s, and which loses.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import batch_efficiency  # noqa: E402  (the sibling experiment: method specs and the measured decode)
-
-from mdsd.data import cache_dir  # noqa: E402
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results  # noqa: E402
-from mdsd.hf.comparison import intervals_overlap  # noqa: E402
-from mdsd.sweep import run_tasks  # noqa: E402
+from mdsd.data import cache_dir
+from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.hf.comparison import intervals_overlap
+from mdsd.hf.methods import MethodsConfig, plot_methods, run_method
+from mdsd.sweep import run_tasks
 
 METHODS = (
     "chain:4/single",
@@ -58,18 +54,18 @@ DATASTORE = "datastores/cpython-stdlib-qwen2.5-coder"  # under the mdsd cache (b
 
 
 @dataclass(frozen=True)
-class Config(batch_efficiency.Config):
+class Config(MethodsConfig):
     """Tokens per target forward by source of drafts, per prompt set."""
 
     datasets: tuple[str, ...] = field(default=("humaneval", "mt-bench"), metadata={"help": "prompt sets"})
-    methods: tuple[str, ...] = field(default=METHODS, metadata={"help": "methods (batch_efficiency's specs)"})
+    methods: tuple[str, ...] = field(default=METHODS, metadata={"help": "methods (mdsd.hf.methods' specs)"})
     retrieve: tuple[int, ...] = field(default=(2, 8), metadata={"help": "retrieved chains: WIDTH DEPTH"})
     datastore: str = field(default="", metadata={"help": "datastore directory ('' = the cached stdlib one)"})
 
 
 def run_configuration(task: dict, todo: dict, models, config: Config) -> dict:
     """A sweep task: one method on one prompt set at one temperature."""
-    row = batch_efficiency.run_configuration(task, todo[task["dataset"]], models, config)
+    row = run_method(task, todo[task["dataset"]], models, config)
     return row | {"dataset": task["dataset"]}
 
 
@@ -133,8 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         (out / "summary.md").write_text(summary(rows, config))
         for d in config.datasets:
-            batch_efficiency.plot([r for r in rows if r["dataset"] == d], out / f"draft_sources_{d}.png")
+            plot_methods([r for r in rows if r["dataset"] == d], out / f"draft_sources_{d}.png")
     print((out / "summary.md").read_text())
+    print(f"results in {out}")
 
 
 def _source(method: str) -> str:

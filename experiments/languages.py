@@ -25,7 +25,6 @@ pinned by sha256):
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import torch
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, concat_records, save_corpus, truncate_logits
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.hf.tiny import tiny_pair
 from mdsd.report import Block, ReportConfig, report
 from mdsd.sweep import per_process, run_tasks
 
@@ -74,13 +74,6 @@ class Config:
     resume: bool = field(default=False, metadata={"help": "continue an interrupted run", "run": True})
 
 
-def _quick_pair(seed: int):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import batch_efficiency  # the sibling experiment's tiny random pair
-
-    return batch_efficiency.tiny_pair(seed)
-
-
 def _language(name: str, config: Config, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
     """(prompt token lists, held-out token lists) of one language (random tokens with --quick)."""
     if config.quick:
@@ -107,7 +100,7 @@ def run_language(task: dict, models, config: Config) -> list[dict]:
     torch.set_num_threads(config.threads)
     name, t = task["language"], config.temperature
     if config.quick:
-        (target, draft), tokenizer = per_process(_quick_pair, config.seed), None
+        (target, draft), tokenizer = per_process(tiny_pair, config.seed), None
     else:
         from mdsd.hf import load_pair
 
@@ -194,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         plot(rows, config, out / "languages.png")
         (out / "summary.md").write_text(summary(rows, config))
     print((out / "summary.md").read_text())
+    print(f"results in {out}")
 
 
 def plot(rows: list[dict], config: Config, path: Path) -> None:

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> Path:
         plot(rows, config, out)
         (out / "optimal_gap.md").write_text(markdown(rows, config))
     print((out / "optimal_gap.md").read_text())
+    print(f"results in {out}")
     return out
 
 

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> Path:
     config = config_from_cli(Config, argv)
     if config.quick:
         config = replace(config, temperatures=(1.0,), ks=(2,), pairs=2, samples=2_000)
+    out = output_dir("optimal_wor_gap", config.output_dir)
     rows = []
     for temperature in config.temperatures:
         corpus = mdsd.data.real_pairs(temperature)
@@ -77,7 +78,6 @@ def main(argv: list[str] | None = None) -> Path:
                         "samples": config.samples,
                     }
                 )
-    out = output_dir("optimal_wor_gap", config.output_dir)
     write_results(out, "optimal_wor_gap", rows, config, config.seed)
     lines = [
         "| T | k | pairs | α*_iid | fallback | α*_wor | gap to α*_wor | RRSw (estimate) |",
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> Path:
             )
     (out / "optimal_wor_gap.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    print(f"results in {out}")
     return out
 
 

@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
         _plot(rows, config, out_dir / "real_acceptance.png")
         (out_dir / "summary.md").write_text(_summary(rows, config, source, skipped))
     print((out_dir / "summary.md").read_text())
+    print(f"results in {out_dir}")
 
 
 def _plot(rows: list[dict], config: Config, path: Path) -> None:

@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> Path:
         plot_wins(records, out / "theorems_spechub_vs_others.png")
         (out / "theorems.md").write_text(markdown(rows, wins, by_hub, config))
         print((out / "theorems.md").read_text())
+    print(f"results in {out}")
     return out
 
 

@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> Path:
     (out / "toy_table.md").write_text(markdown(rows, config, values, sweep))
     plot(rows, settings, out / "toy_table.png")
     print((out / "toy_table.md").read_text())
+    print(f"results in {out}")
     return out
 
 

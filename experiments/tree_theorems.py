@@ -183,10 +183,9 @@ class RealCases:
     def _load(config: Config):
         """(target, draft, [(dataset, index, prompt ids)])."""
         if config.quick:
-            sys.path.insert(0, str(Path(__file__).parent))
-            import batch_efficiency
+            from mdsd.hf import tiny_pair
 
-            target, draft = batch_efficiency.tiny_pair(config.seed)
+            target, draft = tiny_pair(config.seed)
             gen = torch.Generator().manual_seed(config.seed)
             prompts = [("random", i, torch.randint(64, (8,), generator=gen).tolist()) for i in range(2)]
             return target, draft, prompts

@@ -19,8 +19,8 @@ from tiny_lms import perturbed, tiny_lm
 import mdsd
 from mdsd import CostProfile, DynamicTree, Tree, TreeDecoder
 from mdsd.costs import Overhead
-from mdsd.costs.predict import _truncated
 from mdsd.tree.adaptive import ExpectedRate
+from mdsd.tree.plan import truncated_plan
 
 torch.set_num_threads(1)  # the test machine is shared; tiny models gain nothing from threads
 
@@ -338,7 +338,7 @@ def test_depth_seconds_is_the_step_time_of_each_truncated_tree(profiles):
     for tree in (Tree.kary([2, 1, 1]), DynamicTree(depth=3, k=2, expand=2, budget=6)):
         seconds = mdsd.depth_seconds(*profiles, tree, 2, 40, overhead)
         for d in (1, 2, 3):
-            plan = _truncated(tree, d)
+            plan = truncated_plan(tree, d)
             assert seconds(d) == mdsd.step_seconds(*profiles, plan, 2, 40, overhead)
         for bad in (0, 4):
             with pytest.raises(ValueError, match="depth"):
@@ -416,7 +416,7 @@ def test_step_forwards_and_the_replay_are_the_decoders(pair, tree, adaptive):
     assert len(ran) == len(schedule) == timed.steps
     replayed = 0.0
     for (draft_calls, (rows, tokens, slots)), (rows_s, context, depth_s) in zip(ran, schedule, strict=True):
-        expected_draft, expected_target = mdsd.costs.step_forwards(_truncated(tree, depth_s))
+        expected_draft, expected_target = mdsd.costs.step_forwards(truncated_plan(tree, depth_s))
         # the draft's first forward reads its pending block: the final token, plus the last accepted node in
         # a row where the draft never forwarded it (step_forwards counts 2, the wider case)
         assert draft_calls[0][0] == rows_s and draft_calls[0][1] in (1, expected_draft[0])
@@ -548,18 +548,6 @@ def test_cost_model_quick_end_to_end(tmp_path):
         assert r["seconds"] > 0 and r["replay_seconds"] > 0 and 1 <= r["tokens_per_step"] <= 3
     assert (tmp_path / "cost_model.png").stat().st_size > 1000
     assert "Mean absolute error" in (tmp_path / "summary.md").read_text()
-
-
-def test_cost_model_writes_into_a_fresh_directory_under_runs_by_default(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    module = runpy.run_path(str(EXPERIMENTS / "cost_model.py"))
-    first = module["output_dir"](module["Config"]())
-    assert first.parent == Path("runs") and first.name.startswith("cost_model-")
-    first.mkdir(parents=True)
-    second = module["output_dir"](module["Config"]())
-    assert second != first and not second.exists()
-    named = module["output_dir"](module["Config"](output_dir="results/cost_model"))
-    assert named == Path("results/cost_model")
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,15 @@
 """Each experiment script's --quick mode runs, writes its results with metadata, and its numbers are
 the API's."""
 
+import contextlib
 import csv
 import gzip
+import io
 import json
+import os
 import runpy
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,13 +23,17 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def run_script(name: str, out: Path, *flags: str) -> dict:
-    """Run experiments/<name>.py --quick --output-dir out; return its JSON results."""
+    """Run experiments/<name>.py --quick --output-dir out; return its JSON results. The script must say
+    where it wrote."""
     argv = sys.argv
     sys.argv = [name, "--quick", "--output-dir", str(out), *flags]
+    printed = io.StringIO()
     try:
-        runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")
+        with contextlib.redirect_stdout(printed):
+            runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")
     finally:
         sys.argv = argv
+    assert f"results in {out}" in printed.getvalue()
     payload = json.loads((out / f"{name}.json").read_text())
     meta = payload["metadata"]
     assert meta["config"]["quick"] is True and meta["seed"] == meta["config"]["seed"]
@@ -139,6 +148,47 @@ def test_partial_results_is_kept_on_failure_refused_without_resume_and_deleted_o
         assert other != path
 
 
+def test_two_runs_in_one_second_get_two_folders_regression(tmp_path, monkeypatch):
+    """Bug: two runs started in the same second wrote into one runs/<name>-<second>/ and one run's results
+    were lost. Each run now creates its own folder, atomically."""
+    import datetime
+
+    import mdsd.experiment as experiment
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=tz)
+
+    monkeypatch.setattr(experiment.datetime, "datetime", Frozen)
+    monkeypatch.setattr(experiment, "_runs_root", lambda: tmp_path / "runs")
+    first, second, third = (experiment.output_dir("toy") for _ in range(3))
+    assert [p.name for p in (first, second, third)] == [
+        "toy-20260102-030405",
+        "toy-20260102-030405-2",
+        "toy-20260102-030405-3",
+    ]
+    assert all(p.is_dir() for p in (first, second, third))
+
+
+def test_a_script_run_from_experiments_writes_to_the_checkouts_runs_regression():
+    """Bug: running a script from experiments/ created an untracked experiments/runs/. Runs go to the
+    checkout's runs/ (ignored by git) whatever the working directory, and the script says where."""
+    root = EXPERIMENTS.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's mdsd, whatever is installed
+    command = [sys.executable, "toy_table.py", "--quick"]
+    done = subprocess.run(command, cwd=EXPERIMENTS, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = Path(done.stdout.strip().splitlines()[-1].removeprefix("results in "))
+    try:
+        assert written.parent == root / "runs" and (written / "toy_table.json").is_file()
+        assert not (EXPERIMENTS / "runs").exists()
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(written)], cwd=root)
+        assert ignored.returncode == 0  # runs/ is not tracked
+    finally:
+        shutil.rmtree(written, ignore_errors=True)
+
+
 def test_batch_efficiency_quick(tmp_path):
     methods = ["hf-autoregressive", "chain:3/single", "dynamic:3,2,2,4/rrsw/grow", "binary:1/rrs+lookup"]
     rows = run_script("batch_efficiency", tmp_path, "--max-new-tokens", "6", "--methods", *methods)["rows"]
@@ -149,7 +199,10 @@ def test_batch_efficiency_quick(tmp_path):
         )
         assert sum(p["tokens"] for p in r["per_prompt"]) == r["tokens"]
     assert rows[0]["target_forwards"] == rows[0]["tokens"]  # autoregressive: one forward per token
-    assert "| 0.6 | chain:3/single |" in (tmp_path / "summary.md").read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| 0.6 | chain:3/single |" in summary
+    # regression: --quick's random prompts were called "(mt-bench, humaneval)"
+    assert "4 prompts (random tokens (--quick))" in summary and "mt-bench" not in summary
 
 
 def test_batch_efficiency_quick_on_the_fast_path(tmp_path):
@@ -270,12 +323,9 @@ def test_real_cases_restrict_and_retemper_exactly():
         for u in [(), (0,), (1,)]:
             expected = torch.softmax(torch.from_numpy(logits[u][:2] / temperature), 0).numpy()
             np.testing.assert_allclose(cut(u), expected, rtol=1e-9, atol=1e-300)
-    sys.path.insert(0, str(EXPERIMENTS))
-    import batch_efficiency
+    from mdsd.hf import read_sequence_pair, tiny_pair
 
-    from mdsd.hf import read_sequence_pair
-
-    target, draft = batch_efficiency.tiny_pair(0)
+    target, draft = tiny_pair(0)
     prefix = torch.tensor([5, 9, 2, 40])
     wide = read_sequence_pair(target, draft, prefix, 3, 2, temperature=1.0)
     narrow = read_sequence_pair(target, draft, prefix, 2, 2, temperature=0.05)

@@ -22,97 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 import torch
-
-
-def parse_tree(spec: str):
-    """A :class:`mdsd.Tree` or :class:`mdsd.DynamicTree` from its command-line spelling.
-
-    Every number is an integer >= 1: a tree drafts at least one token per step.
-
-    >>> parse_tree("binary:2").size, parse_tree("kary:3,1").size, parse_tree("chain:4").size
-    (6, 6, 4)
-    >>> parse_tree("dynamic:4,2,3,10")
-    DynamicTree(depth=4, k=2, expand=3, budget=10)
-    >>> parse_tree("binary:0")
-    Traceback (most recent call last):
-    ...
-    ValueError: --tree 'binary:0': D must be an integer >= 1, got '0'
-    """
-    from mdsd import DynamicTree, Tree
-
-    branching = _branching(spec)
-    if branching is not None:
-        return Tree.kary(branching)
-    kind, _, arg = spec.partition(":")
-    if kind == "dynamic" and arg:
-        numbers = [_positive(spec, "each of DEPTH,K,EXPAND[,BUDGET]", x) for x in arg.split(",")]
-        if len(numbers) not in (3, 4):
-            raise ValueError(f"--tree {spec!r}: dynamic takes DEPTH,K,EXPAND[,BUDGET]")
-        return DynamicTree(*numbers)
-    path = Path(spec)
-    if path.suffix == ".json":
-        return Tree.from_json(path.read_text())  # OSError if missing: reported by the dispatcher
-    raise ValueError(
-        "--tree must be chain:N, binary:D, kary:b1,b2,..., dynamic:DEPTH,K,EXPAND[,BUDGET] or a tree .json "
-        f"file; got {spec!r}"
-    )
-
-
-def compile_option(value: str) -> bool | str:
-    """``--compile`` as :class:`mdsd.TreeDecoder` takes it: "true" / "false", or a backend name.
-
-    >>> compile_option("true"), compile_option("false"), compile_option("cudagraph")
-    (True, False, 'cudagraph')
-    """
-    from mdsd.tree.compiled import BACKENDS
-
-    if value in ("true", "false"):
-        return value == "true"
-    if value not in BACKENDS:
-        raise ValueError(f"--compile takes no value or one of {', '.join(BACKENDS)}; got {value!r}")
-    return value
-
-
-def tree_shape(spec: str):
-    """The :class:`~mdsd.tree.memory.TreeShape` of a ``--tree`` spelling, counted without building a full
-    tree (``binary:30`` has 2^31 nodes).
-
-    >>> tree_shape("binary:30").nodes
-    2147483646
-    """
-    from mdsd.tree.memory import TreeShape
-
-    branching = _branching(spec)
-    if branching is not None:
-        return TreeShape.of_branching(branching)
-    return TreeShape.of_tree(parse_tree(spec))
-
-
-def _branching(spec: str) -> list[int] | None:
-    """The branching per depth of ``chain:N``, ``binary:D`` and ``kary:b1,b2,...`` (checked), else None."""
-    kind, _, arg = spec.partition(":")
-    named = {"chain": "N", "binary": "D", "kary": "every b"}
-    if kind not in named or not arg:
-        return None
-    numbers = [_positive(spec, named[kind], x) for x in arg.split(",")]
-    if kind in ("chain", "binary") and len(numbers) != 1:
-        raise ValueError(f"--tree {spec!r}: {kind} takes one number, {kind}:{named[kind]}")
-    return {"chain": [1] * numbers[0], "binary": [2] * numbers[0], "kary": numbers}[kind]
-
-
-def _positive(spec: str, what: str, text: str) -> int:
-    """``text`` as an integer >= 1, or a ``ValueError`` naming the tree spec."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"--tree {spec!r}: {what} must be an integer >= 1, got {text!r}")
-    return value
 
 
 def add_parser(subparsers) -> None:
@@ -186,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.hf import load_pair, pair_paths, require_hf
     from mdsd.tree.adaptive import GrowShrink
+    from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.validation import check_device
     from mdsd.verifiers.registry import check_name
 
@@ -196,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens (max_new_tokens) must be >= 1, got {args.max_new_tokens}")
     path = compile_option(args.compile)
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ValueError(f"--temperature must be finite and >= 0 (0: greedy), got {args.temperature}")
     if args.compare and args.batch_file:
         raise ValueError(
             "--compare decodes prompts one at a time: give --prompt or --prompts-file, not --batch-file"
@@ -220,16 +137,6 @@ def run(args: argparse.Namespace) -> int:
     require_hf("mdsd decode")
     target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
     depth = GrowShrink() if args.adaptive == "grow" else None
-    decoder = TreeDecoder(
-        target,
-        draft,
-        tree,
-        verifier=args.verifier,
-        temperature=args.temperature,
-        depth=depth,
-        compile=path,
-    )
-    generator = torch.Generator(device=args.device).manual_seed(args.seed)
     encoded = []
     for i, prompt in enumerate(prompts):
         ids = tokenizer.encode(prompt)
@@ -243,14 +150,17 @@ def run(args: argparse.Namespace) -> int:
         mdsd_method = TreeMethod(tree, args.verifier, depth, label=args.tree, compile=path)
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
-    elif args.batch_file:
-        outs = decoder.generate_batch(encoded, args.max_new_tokens, generator)
     else:
-        bar = tqdm(encoded, desc="prompts", unit="prompt", file=sys.stderr)
-        outs = [
-            decoder.generate(torch.tensor([ids], device=args.device), args.max_new_tokens, generator)
-            for ids in bar
-        ]
+        decoder = TreeDecoder(target, draft, tree, args.verifier, args.temperature, depth=depth, compile=path)
+        generator = torch.Generator(device=args.device).manual_seed(args.seed)
+        if args.batch_file:
+            outs = decoder.generate_batch(encoded, args.max_new_tokens, generator)
+        else:
+            bar = tqdm(encoded, desc="prompts", unit="prompt", file=sys.stderr)
+            outs = [
+                decoder.generate(torch.tensor([ids], device=args.device), args.max_new_tokens, generator)
+                for ids in bar
+            ]
     tokens = steps = 0
     seconds = 0.0 if not args.batch_file else outs[0].timings["total"]
     phases = {}
@@ -288,6 +198,7 @@ def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None
     """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
     models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
     from mdsd.tree.memory import check_memory, decode_memory
+    from mdsd.tree.spec import tree_shape
 
     files = [Path(p) / "config.json" for p in (target_path, draft_path)]
     if not all(f.is_file() for f in files):

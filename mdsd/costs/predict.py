@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mdsd.costs.profile import CostProfile
-from mdsd.tree.plan import DynamicTree, Plan, static_plan
+from mdsd.tree.plan import DynamicTree, Plan, static_plan, truncated_plan
 from mdsd.tree.tree import Tree
 
 __all__ = ["Overhead", "Prediction", "step_forwards", "step_seconds", "predict", "depth_seconds"]
@@ -44,15 +43,15 @@ class Overhead:
 
     def seconds(self, plan: Plan | Tree | DynamicTree, batch: float) -> float:
         """The overhead of one step of ``plan`` (or of a tree's plan) for ``batch`` rows."""
-        return self.per_step + self.per_row_node * batch * _rows(_as_plan(plan))
+        return self.per_step + self.per_row_node * batch * vocabulary_rows(as_plan(plan))
 
 
-def _rows(plan: Plan) -> int:
+def vocabulary_rows(plan: Plan) -> int:
     """Vocabulary rows per row of the batch: one per forwarded node (p), one per expanded node (q)."""
     return plan.num_forward + sum(g.size for g in plan.groups)
 
 
-def _as_plan(tree: Tree | DynamicTree | Plan) -> Plan:
+def as_plan(tree: Tree | DynamicTree | Plan) -> Plan:
     if isinstance(tree, Plan):
         return tree
     if isinstance(tree, Tree):
@@ -75,7 +74,7 @@ def step_forwards(plan: Plan | Tree | DynamicTree, static: bool = False) -> tupl
     >>> step_forwards(Tree.kary([2, 2]), static=True)
     ([3, 2], 7)
     """
-    plan = _as_plan(plan)
+    plan = as_plan(plan)
     draft = [plan.max_depth + 1 if static else 2]
     for d in range(1, plan.max_depth):
         size = sum(g.size for g in plan.groups_at(d))
@@ -95,7 +94,7 @@ def _step_parts(target_profile, draft_profile, plan, batch, context, overhead, e
     return draft, target, extra
 
 
-def _check_profiles(target_profile: object, draft_profile: object) -> None:
+def check_profiles(target_profile: object, draft_profile: object) -> None:
     for name, value in (("target_profile", target_profile), ("draft_profile", draft_profile)):
         if not isinstance(value, CostProfile):
             raise TypeError(f"{name} must be a CostProfile, got {type(value).__name__}")
@@ -122,9 +121,9 @@ def step_seconds(
     >>> step_seconds(prof, prof, Tree.kary([2, 2]), batch=1, context=0)  # draft: 2, 2 tokens; target: 7
     14.0
     """
-    _check_profiles(target_profile, draft_profile)
+    check_profiles(target_profile, draft_profile)
     return float(
-        sum(_step_parts(target_profile, draft_profile, _as_plan(plan), batch, context, overhead, extrapolate))
+        sum(_step_parts(target_profile, draft_profile, as_plan(plan), batch, context, overhead, extrapolate))
     )
 
 
@@ -176,10 +175,10 @@ def predict(
     >>> round(pred.step_seconds, 6), round(pred.speedup, 6)  # 0.2 (draft, 2 tokens) + 0.3 (target, 3)
     (0.5, 0.35)
     """
-    _check_profiles(target_profile, draft_profile)
+    check_profiles(target_profile, draft_profile)
     if (acceptance is None) == (tokens_per_step is None):
         raise ValueError("give exactly one of acceptance (a per-sibling vector) and tokens_per_step")
-    plan = _as_plan(tree_or_plan)
+    plan = as_plan(tree_or_plan)
     if acceptance is not None:
         if isinstance(tree_or_plan, DynamicTree) or plan.parent is None:
             raise ValueError(
@@ -236,9 +235,9 @@ def depth_seconds(
     >>> [seconds(d) for d in (1, 2, 3)]  # a level adds a one-token draft forward (2 s), a target token (1 s)
     [6.0, 9.0, 12.0]
     """
-    _check_profiles(target_profile, draft_profile)
+    check_profiles(target_profile, draft_profile)
     deepest = tree.max_depth if isinstance(tree, Tree) else tree.depth
-    plans = {d: _truncated(tree, d) for d in range(1, deepest + 1)}
+    plans = {d: truncated_plan(tree, d) for d in range(1, deepest + 1)}
     table = {
         d: step_seconds(target_profile, draft_profile, p, batch, context, overhead, extrapolate)
         for d, p in plans.items()
@@ -250,12 +249,3 @@ def depth_seconds(
         return table[depth]
 
     return seconds
-
-
-def _truncated(tree: Tree | DynamicTree, depth: int) -> Plan:
-    """The plan the decoder runs for ``tree`` cut at ``depth`` (as TreeDecoder._plan)."""
-    if isinstance(tree, Tree):
-        return static_plan(tree.truncate(depth))
-    if isinstance(tree, DynamicTree):
-        return dataclasses.replace(tree, depth=depth).plan()
-    raise TypeError(f"tree must be an mdsd.Tree or DynamicTree, got {type(tree).__name__}")

@@ -73,7 +73,7 @@ class CostProfile:
 
     def __post_init__(self) -> None:
         for name, low in (("batches", 1), ("tokens", 1), ("contexts", 0)):
-            object.__setattr__(self, name, _check_grid(getattr(self, name), name, low))
+            object.__setattr__(self, name, check_grid(getattr(self, name), name, low))
         shape = (len(self.batches), len(self.tokens), len(self.contexts))
         for name, positive in (("times", True), ("spread", False)):
             try:
@@ -104,7 +104,7 @@ class CostProfile:
         """A synthetic profile ``seconds(batch, tokens, context)`` on a grid (what-if studies, tests);
         its device and dtype read "synthetic", its threads 0."""
         b, t, c = (
-            _check_grid(g, n, lo)
+            check_grid(g, n, lo)
             for g, n, lo in ((batches, "batches", 1), (tokens, "tokens", 1), (contexts, "contexts", 0))
         )
         times = [[[float(seconds(i, j, k)) for k in c] for j in t] for i in b]
@@ -161,7 +161,7 @@ class CostProfile:
         return cls(**payload)
 
 
-def _check_grid(values: object, name: str, low: int) -> tuple[int, ...]:
+def check_grid(values: object, name: str, low: int) -> tuple[int, ...]:
     try:
         grid = list(values)
     except TypeError:
@@ -247,7 +247,7 @@ def measure_profile(
         The decoder path to time (above).
     """
     b_grid, t_grid, c_grid = (
-        _check_grid(g, n, lo)
+        check_grid(g, n, lo)
         for g, n, lo in ((batches, "batches", 1), (tokens, "tokens", 1), (contexts, "contexts", 0))
     )
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mdsd.costs.predict import Overhead, _as_plan, _check_profiles, _rows, _truncated, step_seconds
-from mdsd.costs.profile import CostProfile, _check_grid
-from mdsd.tree.plan import DynamicTree, Plan
+from mdsd.costs.predict import Overhead, as_plan, check_profiles, step_seconds, vocabulary_rows
+from mdsd.costs.profile import CostProfile, check_grid
+from mdsd.tree.plan import DynamicTree, Plan, truncated_plan
 from mdsd.tree.tree import Tree
 
 __all__ = ["TimedDecode", "time_decode", "replay_seconds", "measure_overhead"]
@@ -86,11 +86,11 @@ def replay_seconds(
 ) -> float:
     """Predicted seconds of the steps after the first of a timed decode (:func:`time_decode`), step by step:
     each at its own number of active rows, cache length and drafted depth (adaptive depths)."""
-    _check_profiles(target_profile, draft_profile)
+    check_profiles(target_profile, draft_profile)
     plans: dict[int, Plan] = {}
     total = 0.0
     for rows, context, depth in timed.schedule:
-        plan = plans.setdefault(depth, _truncated(tree, depth))
+        plan = plans.setdefault(depth, truncated_plan(tree, depth))
         total += step_seconds(target_profile, draft_profile, plan, rows, context, overhead, extrapolate)
     return total
 
@@ -127,17 +127,17 @@ def measure_overhead(
 
     from mdsd.tree.decoder import TreeDecoder
 
-    _check_profiles(target_profile, draft_profile)
+    check_profiles(target_profile, draft_profile)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 2:
         raise ValueError(
             f"max_new_tokens must be an int >= 2 (steps after the first), got {max_new_tokens!r}"
         )
-    runs = [(tree, B) for tree in trees for B in _check_grid(sorted(set(batches)), "batches", 1)]
+    runs = [(tree, B) for tree in trees for B in check_grid(sorted(set(batches)), "batches", 1)]
     if len(runs) < 2:
         raise ValueError(f"measure_overhead needs at least two (tree, batch) runs, got {len(runs)}")
     for tree, B in runs:  # fail before decoding if a profile is too small
         for c in (context, context + max_new_tokens):
-            step_seconds(target_profile, draft_profile, _as_plan(tree), B, c)
+            step_seconds(target_profile, draft_profile, as_plan(tree), B, c)
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
     vocab = int(target.config.vocab_size)
     design, residual, measured = [], [], []
@@ -146,10 +146,10 @@ def measure_overhead(
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         decoder = TreeDecoder(target, draft, tree, verifier, temperature, eos_token_id=[], compile=compile)
         timed = time_decode(decoder, prompts, max_new_tokens, seed)
-        plan = _as_plan(tree)
+        plan = as_plan(tree)
         schedule = timed.schedule
         forwards = replay_seconds(target_profile, draft_profile, tree, timed)
-        design.append([len(schedule), sum(rows * _rows(plan) for rows, _, _ in schedule)])
+        design.append([len(schedule), sum(rows * vocabulary_rows(plan) for rows, _, _ in schedule)])
         residual.append(timed.seconds - forwards)
         measured.append(timed.seconds)
     A, y = np.array(design, dtype=np.float64), np.array(residual)

@@ -37,6 +37,7 @@ from mdsd.hf.fetch import (
 )
 from mdsd.hf.load import load_model, load_pair, load_tokenizer, pair_paths
 from mdsd.hf.sequence import read_sequence_pair
+from mdsd.hf.tiny import tiny_pair
 
 __all__ = [
     "HF_PACKAGES",
@@ -54,6 +55,7 @@ __all__ = [
     "load_pair",
     "load_tokenizer",
     "pair_paths",
+    "tiny_pair",
     # baselines (mdsd.hf.baselines) and the comparison table (mdsd.hf.comparison)
     "count_forwards",
     "ForwardCounts",

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mdsd.tree.decoder import _eos_ids, _shared_vocab_size
+from mdsd.tree.models import eos_ids, shared_vocab_size
 
 __all__ = [
     "ForwardCounts",
@@ -220,11 +220,11 @@ class _Checked:
 
     def __init__(self, target, draft, prompts, max_new_tokens, temperature, seed, eos_token_id) -> None:
         if draft is None:
-            vocab = _shared_vocab_size(target, target)
+            vocab = shared_vocab_size(target, target)
         else:
             if draft is target:
                 raise ValueError("draft is the target itself: their forwards could not be counted apart")
-            vocab = _shared_vocab_size(target, draft)
+            vocab = shared_vocab_size(target, draft)
         self.target, self.vocab = target, vocab
         self.prompts = _check_prompts(prompts, vocab)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
@@ -238,7 +238,7 @@ class _Checked:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.max_new_tokens, self.temperature, self.seed = int(max_new_tokens), float(temperature), int(seed)
-        self.eos = _eos_ids(target, eos_token_id)
+        self.eos = eos_ids(target, eos_token_id)
 
 
 def _check_prompts(prompts: object, vocab: int) -> list[list[int]]:

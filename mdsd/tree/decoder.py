@@ -21,7 +21,6 @@ cache, advances by its own accepted count, and leaves the batch when it is done.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -36,7 +35,8 @@ from mdsd.tree.compiled import FastPath, backend_of
 from mdsd.tree.draft import Pending
 from mdsd.tree.ledger import Ledger, TreeDecodeOutput
 from mdsd.tree.memory import check_decode_memory
-from mdsd.tree.plan import DynamicTree, Plan, static_plan, with_retrieval
+from mdsd.tree.models import eos_ids, shared_vocab_size
+from mdsd.tree.plan import DynamicTree, Plan, truncated_plan, with_retrieval
 from mdsd.tree.step import Rule, Summary, decode_step
 from mdsd.tree.tree import Tree
 from mdsd.verifiers.registry import check_name, path_rule, verifier
@@ -144,7 +144,7 @@ class TreeDecoder:
         if not math.isfinite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
         self.temperature = float(temperature)
-        self.vocab_size = _shared_vocab_size(target, draft if draft is not None else target)
+        self.vocab_size = shared_vocab_size(target, draft if draft is not None else target)
         self.verifier_name = verifier
         check_name(verifier)
         rule = path_rule(verifier)  # a sequence-level rule (mdsd.sequence), or None: node-wise verification
@@ -164,7 +164,7 @@ class TreeDecoder:
             raise ValueError(
                 f"tree has a node with {widest} children but the vocabulary has {self.vocab_size}"
             )
-        self.eos_token_ids = _eos_ids(target, eos_token_id)
+        self.eos_token_ids = eos_ids(target, eos_token_id)
         self.profile = profile
         self.compile = backend_of(compile, _device(target))
         self._fast_path = None
@@ -274,13 +274,10 @@ class TreeDecoder:
     def _plan(self, depth: int) -> Plan:
         """The plan of the tree truncated at ``depth``, with the retrieved chains (made once per depth)."""
         if depth not in self._plans:
-            tree = self.tree
-            if tree is None:
+            if self.tree is None:
                 plan = None if self.source is not None else Plan.root()
-            elif isinstance(tree, Tree):
-                plan = static_plan(tree.truncate(depth))
             else:
-                plan = dataclasses.replace(tree, depth=depth).plan()
+                plan = truncated_plan(self.tree, depth)
             if self.source is not None:
                 plan = with_retrieval(plan, *self.retrieve)
             self._plans[depth] = plan
@@ -369,27 +366,6 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _shared_vocab_size(target: torch.nn.Module, draft: torch.nn.Module) -> int:
-    sizes = {}
-    for who, model in (("target", target), ("draft", draft)):
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(
-                f"{who} must be a transformers causal LM (a torch Module), got {type(model).__name__}"
-            )
-        config_size = getattr(getattr(model, "config", None), "vocab_size", None)
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        head_size = head.weight.shape[0] if head is not None else config_size
-        if config_size is None or head_size is None:
-            raise TypeError(f"{who} has no config.vocab_size; is it a transformers causal LM?")
-        sizes[who] = (int(config_size), int(head_size))
-    if len({*sizes["target"], *sizes["draft"]}) != 1:
-        raise ValueError(
-            "target and draft must share one vocabulary: (config.vocab_size, output size) is "
-            f"{sizes['target']} for the target and {sizes['draft']} for the draft"
-        )
-    return sizes["target"][0]
-
-
 def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
     """{k: the verifier of a node with k children} for the node verifier ``name`` (none at T = 0)."""
     if temperature == 0:
@@ -405,15 +381,3 @@ def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
                 ) from None
             out[k] = verifier("single", 1)
     return out
-
-
-def _eos_ids(target: torch.nn.Module, eos_token_id: int | list[int] | None) -> frozenset[int]:
-    if eos_token_id is None:
-        config = getattr(target, "generation_config", None) or getattr(target, "config", None)
-        eos_token_id = getattr(config, "eos_token_id", None)
-    if eos_token_id is None:
-        return frozenset()
-    ids = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else list(eos_token_id)
-    if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise ValueError(f"eos_token_id must be a token id or a list of them, got {eos_token_id!r}")
-    return frozenset(int(t) for t in ids)

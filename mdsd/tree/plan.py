@@ -23,6 +23,7 @@ draft-side values (docs/mathematics.md §4).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -32,7 +33,7 @@ import torch
 from mdsd.tree.tree import Tree
 from mdsd.validation import check_k
 
-__all__ = ["Group", "Plan", "DynamicTree", "static_plan", "chain_plan", "with_retrieval"]
+__all__ = ["Group", "Plan", "DynamicTree", "static_plan", "truncated_plan", "with_retrieval"]
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,17 @@ def with_retrieval(plan: Plan | None, width: int, depth: int) -> Plan:
     return Plan(node_depth, tuple(groups), parent, base.forward, chains)
 
 
-def chain_plan(length: int) -> Plan:
-    """A chain of ``length`` drafted tokens (single-draft speculative decoding of that length)."""
-    return static_plan(Tree.chain(length))
+def truncated_plan(tree: Tree | DynamicTree, depth: int) -> Plan:
+    """The plan of ``tree`` cut at ``depth`` (what a depth policy makes the decoder draft).
+
+    >>> truncated_plan(Tree.kary([2, 2]), 1).num_nodes, truncated_plan(DynamicTree(3, 2, 2), 2).max_depth
+    (3, 2)
+    """
+    if isinstance(tree, Tree):
+        return static_plan(tree.truncate(depth))
+    if isinstance(tree, DynamicTree):
+        return dataclasses.replace(tree, depth=depth).plan()
+    raise TypeError(f"tree must be an mdsd.Tree or DynamicTree, got {type(tree).__name__}")
 
 
 @dataclass(frozen=True)

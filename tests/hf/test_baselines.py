@@ -448,9 +448,20 @@ def model_dirs(tmp_path_factory):
     return root / "target", root / "draft"
 
 
-def test_cli_decode_compare_prints_the_table(model_dirs, tmp_path, capsys):
+def test_cli_decode_compare_prints_the_table(model_dirs, tmp_path, capsys, monkeypatch):
+    """... and builds no TreeDecoder of its own beside the compared method's (regression: it built one and
+    never used it)."""
+    import mdsd
     from mdsd.cli import main
 
+    built = []
+
+    class Counted(mdsd.TreeDecoder):
+        def __init__(self, *args, **kwargs):
+            built.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(mdsd, "TreeDecoder", Counted)
     target, draft = model_dirs
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("the cat sat\na dog ran\n")
@@ -459,7 +470,7 @@ def test_cli_decode_compare_prints_the_table(model_dirs, tmp_path, capsys):
         [*base, "--temperature", "0.6", "--prompts-file", str(prompts), "--max-new-tokens", "5", "--compare"]
     )
     out = capsys.readouterr().out
-    assert code == 0 and out.count("tokens per step:") == 2
+    assert code == 0 and out.count("tokens per step:") == 2 and not built
     assert "2 prompt(s), spechub, binary:2: 10 tokens from" in out
     table = [line for line in out.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| method | tokens / target forward (95% CI) |")

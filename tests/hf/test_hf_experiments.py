@@ -14,6 +14,7 @@ import torch
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, save_corpus, truncate_logits
 from mdsd.data.prompts import PROMPT_SETS
+from mdsd.hf.methods import MethodsConfig, make_method
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -116,8 +117,7 @@ def test_batch_efficiency_runs_tree_decoding_end_to_end(tiny_pair, corpus, tmp_p
 
 
 def test_method_specs(corpus):
-    make_method = _script("batch_efficiency")["make_method"]
-    config = _script("batch_efficiency")["Config"](corpus=str(corpus))
+    config = MethodsConfig(corpus=str(corpus))
     method, predicted = make_method("kary:2,1/rrsw", 0.6, config)
     assert method.tree == mdsd.Tree.kary([2, 1]) and method.verifier == "rrsw" and predicted > 1
     method, _ = make_method("sequoia:8/greedy", 1.0, config)

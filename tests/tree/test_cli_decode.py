@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerFast
 
 from mdsd import Tree
 from mdsd.cli import main
-from mdsd.cli.decode import parse_tree
+from mdsd.tree.spec import parse_tree
 
 WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]
 

@@ -1,0 +1,278 @@
+"""Decoding methods named by a spec, measured side by side on a model pair: the sweeps of the experiments
+``batch_efficiency.py`` and ``draft_sources.py``.
+
+A method is ``hf-autoregressive``, ``hf-assisted`` (HF's defaults), ``hf-assisted-heuristic`` (HF's
+grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
+
+* TREE: ``chain:N``, ``binary:D``, ``kary:b1,b2,..``, ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (``mdsd decode``'s
+  spelling), ``sequoia:N`` (Sequoia's best tree of N nodes for the verifier's measured acceptance vector,
+  depth <= ``sequoia_depth``), or ``none`` (no draft model: the source alone);
+* VERIFIER: any name :class:`mdsd.TreeDecoder` takes (:func:`mdsd.verifiers.verifier_names`);
+* POLICY: ``grow`` (HF's grow/shrink depth schedule, :class:`mdsd.tree.adaptive.GrowShrink`) or ``rate`` (the
+  depth with the most expected tokens per second, ``ExpectedRate`` on the cost profiles in ``profiles``,
+  written by experiments/cost_model.py);
+* SOURCE: ``lookup`` (prompt lookup), ``datastore`` (the suffix-array datastore in ``datastore``),
+  ``dictionary`` (SPECTRA-style n-grams learnt online), or several joined by ``,`` (in priority order),
+  proposing ``retrieve`` = (WIDTH, DEPTH) chains beside the model's children.
+
+:class:`MethodsConfig` holds what these settings and a sweep need (the experiments' configs extend it);
+:func:`run_method` is one sweep task: one method at one temperature over every prompt, measured by
+:func:`mdsd.hf.compare` (forwards counted by one hook for every method, a 95% interval over prompts), with
+Sequoia's prediction from the verifier's exact acceptance vector beside each fixed tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["MethodsConfig", "acceptance_vector", "make_method", "run_method", "plot_methods"]
+
+
+@dataclass(frozen=True)
+class MethodsConfig:
+    """What a sweep over decoding methods needs; experiments extend it with their own defaults."""
+
+    target: str = field(default="", metadata={"help": "target model directory ('' = cached qwen2.5-coder)"})
+    draft: str = field(default="", metadata={"help": "draft model directory ('' = cached qwen2.5-coder)"})
+    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(default="float32", metadata={"help": "model dtype (bfloat16 on a GPU)"})
+    datasets: tuple[str, ...] = field(default=("mt-bench", "humaneval"), metadata={"help": "prompt sets"})
+    prompts_per_set: int = field(default=1, metadata={"help": "first n prompts of each set"})
+    max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt"})
+    temperatures: tuple[float, ...] = field(default=(0.6,), metadata={"help": "temperatures T"})
+    methods: tuple[str, ...] = field(default=(), metadata={"help": "methods (mdsd.hf.methods)"})
+    sequoia_depth: int = field(default=8, metadata={"help": "deepest node of sequoia:N trees"})
+    acceptance_positions: int = field(
+        default=300, metadata={"help": "corpus positions per acceptance vector"}
+    )
+    corpus: str = field(default="", metadata={"help": "corpus .npz for acceptance vectors ('' = bundled)"})
+    retrieve: tuple[int, ...] = field(default=(1, 8), metadata={"help": "retrieved chains: WIDTH DEPTH"})
+    datastore: str = field(default="", metadata={"help": "datastore directory for +datastore methods"})
+    profiles: str = field(default="", metadata={"help": "cost_model output directory for /rate methods"})
+    threads: int = field(default=2, metadata={"help": "torch CPU threads"})
+    compile: str = field(
+        default="false",
+        metadata={
+            "help": "mdsd's path: false (eager), true (fast path), or a backend (mdsd decode --compile)"
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of prompt i's decode: seed + i"})
+    quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
+    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
+    ray: str = field(
+        default="",
+        metadata={"help": "run on Ray: --ray (here), --ray auto or HOST:PORT", "const": "local", "run": True},
+    )
+    resume: bool = field(default=False, metadata={"help": "continue an interrupted run", "run": True})
+
+
+def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> list[float]:
+    """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
+
+    α(j) is the exact acceptance of ``name`` with j drafts (single-draft for j = 1, as the decoder
+    verifies a node with one child); entries the verifier does not support or cannot compute exactly
+    on these pairs (SpecHub, j != 2; RRSw, j >= 3) end the vector there.
+    """
+    import mdsd
+
+    pairs = mdsd.data.real_pairs(temperature, corpus or None)
+    alphas = [0.0]
+    for j in range(1, width + 1):
+        if j > 1 and not mdsd.verifiers.supports(name, j):
+            break
+        v = mdsd.verifier("single" if j == 1 else name, j)
+        if v.exact_obstacle(pairs.q[:positions]) is not None:
+            break
+        values = []
+        for r in range(min(positions, len(pairs))):
+            keep = np.append(pairs.support[r] >= 0, True)
+            try:
+                values.append(v.acceptance(pairs.p[r][keep], pairs.q[r][keep]))
+            except ValueError:  # no exact routine at this size (e.g. RRSw, k >= 3 on a wide row)
+                values = None
+                break
+        if values is None:
+            break
+        alphas.append(float(np.mean(values)))
+    return np.clip(np.diff(alphas), 0.0, 1.0).tolist()
+
+
+def make_method(spec: str, temperature: float, config: MethodsConfig, tokenizer=None):
+    """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
+    import mdsd
+    from mdsd.hf.comparison import HFAssisted, TreeMethod
+    from mdsd.tree.adaptive import ExpectedRate, GrowShrink
+    from mdsd.tree.spec import compile_option, parse_tree
+    from mdsd.verifiers.registry import path_rule
+
+    if spec in ("hf-autoregressive", "hf-assisted"):
+        return spec, None
+    if spec == "hf-assisted-heuristic":
+        return HFAssisted(num_assistant_tokens_schedule="heuristic"), None
+    head, _, source_spec = spec.partition("+")
+    parts = head.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
+    tree_spec, verifier = parts[:2]
+    a = None
+    if tree_spec == "none":
+        tree = None
+    elif tree_spec.startswith("sequoia:"):
+        a = acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
+        tree = mdsd.Tree.sequoia(a, int(tree_spec.split(":")[1]), config.sequoia_depth)
+    else:
+        tree = parse_tree(tree_spec)
+    depth = None
+    if len(parts) == 3:
+        if parts[2] == "grow":
+            depth = GrowShrink()
+        elif parts[2] == "rate":
+            depth = _rate_policy(tree, config, ExpectedRate)
+        else:
+            raise ValueError(f"method {spec!r}: the policy must be grow or rate")
+    source = _source(source_spec, config, tokenizer) if source_spec else None
+    if isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None:
+        a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
+        predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
+    else:
+        predicted = None
+    method = TreeMethod(
+        tree,
+        verifier,
+        depth,
+        label=spec,
+        source=source,
+        retrieve=tuple(config.retrieve),
+        compile=compile_option(config.compile),
+    )
+    return method, predicted
+
+
+def _rate_policy(tree, config: MethodsConfig, policy):
+    import mdsd
+
+    if not config.profiles:
+        raise ValueError(
+            "a /rate method needs --profiles (the output directory of experiments/cost_model.py)"
+        )
+    folder = Path(config.profiles)
+    target, draft = (mdsd.CostProfile.load(folder / f"{who}_profile.json") for who in ("target", "draft"))
+    context = config.max_prompt_tokens + config.max_new_tokens // 2
+    seconds = mdsd.depth_seconds(target, draft, tree, batch=1, context=context, extrapolate=True)
+    return policy(seconds=seconds)
+
+
+def _source(spec: str, config: MethodsConfig, tokenizer):
+    from mdsd.drafters import Datastore, Dictionary, Priority, PromptLookup
+
+    made = []
+    for name in spec.split(","):
+        if name == "lookup":
+            made.append(PromptLookup())
+        elif name == "dictionary":
+            made.append(Dictionary())
+        elif name == "datastore":
+            if not config.datastore:
+                raise ValueError("a +datastore method needs --datastore (mdsd drafters build ... --out DIR)")
+            made.append(Datastore.load(config.datastore))
+        else:
+            raise ValueError(f"source {name!r} must be lookup, datastore or dictionary")
+    return made[0] if len(made) == 1 else Priority(made)
+
+
+def _load(config: MethodsConfig, models: tuple[str, str] | None):
+    """(target, draft, tokenizer): the model pair (loaded once per process), or the quick tiny pair."""
+    from mdsd.hf.load import load_pair
+    from mdsd.hf.tiny import tiny_pair
+    from mdsd.sweep import per_process
+
+    if config.quick:
+        target, draft = per_process(tiny_pair, config.seed)
+        return target.to(config.device), draft.to(config.device), None
+    return per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+
+
+def run_method(
+    task: dict, todo: list[list[int]], models: tuple[str, str] | None, config: MethodsConfig
+) -> dict:
+    """A sweep task (:func:`mdsd.sweep.run_tasks`): method ``task["method"]`` at ``task["temperature"]``
+    over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick tiny pair); the row of
+    :func:`mdsd.hf.compare` with the spec, Sequoia's prediction, the share of accepted tokens a source
+    proposed and the per-prompt counts."""
+    from mdsd.hf.comparison import compare
+
+    torch.set_num_threads(config.threads)
+    target, draft, tokenizer = _load(config, models)
+    t = task["temperature"]
+    method, predicted = make_method(task["method"], t, config, tokenizer)
+    result = compare([method], todo, target, draft, config.max_new_tokens, t, seed=config.seed)
+    row = result.records()[0]
+    outputs = [run.output for run in result.runs]
+    accepted = sum(sum(getattr(o, "accepted_per_step", [])) for o in outputs)
+    retrieved = sum(sum(getattr(o, "retrieved_per_step", [])) for o in outputs)
+    return row | {
+        "method": task["method"],
+        "temperature": t,
+        "predicted_tokens_per_step": predicted,
+        "retrieved_share": retrieved / accepted if "+" in task["method"] and accepted else None,
+        "per_prompt": [
+            {
+                "tokens": r.tokens,
+                "target_forwards": r.target_forwards,
+                "draft_forwards": r.draft_forwards,
+                "seconds": r.seconds,
+            }
+            for r in result.runs
+        ],
+    }
+
+
+def plot_methods(rows: list[dict], path: Path) -> None:
+    """One row of panels per temperature: tokens per target forward (± 95%, x: Sequoia's prediction) and
+    tokens/s, per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    temps = sorted({r["temperature"] for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(
+        len(temps), 2, figsize=(11, 0.35 * len(methods) * len(temps) + 1.5), squeeze=False
+    )
+    for (left, right), t in zip(axes, temps, strict=True):
+        mine = {r["method"]: r for r in rows if r["temperature"] == t}
+        y = np.arange(len(methods))
+        tpf = [mine[m]["tokens_per_forward"] if m in mine else np.nan for m in methods]
+        err = np.array(
+            [
+                [
+                    mine[m]["tokens_per_forward"] - mine[m]["ci95"][0],
+                    mine[m]["ci95"][1] - mine[m]["tokens_per_forward"],
+                ]
+                if m in mine and mine[m]["ci95"]
+                else [0.0, 0.0]
+                for m in methods
+            ]
+        ).T
+        left.barh(y, tpf, xerr=err, color="C0", capsize=2)
+        for i, m in enumerate(methods):
+            pred = mine.get(m, {}).get("predicted_tokens_per_step")
+            if pred is not None:
+                left.plot(pred, i, "kx")
+        left.set_yticks(y, methods, fontsize=7)
+        left.set(xlabel="tokens per target forward (x: Sequoia prediction)", title=f"T = {t}")
+        right.barh(y, [mine[m]["tokens_per_second"] if m in mine else np.nan for m in methods], color="C1")
+        right.set_yticks(y, [""] * len(methods))
+        right.set(xlabel="tokens/s", title=f"T = {t}")
+        for ax in (left, right):
+            ax.invert_yaxis()
+            ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
