@@ -160,7 +160,9 @@ class RealCases:
         steps = self.GAP * (config.positions - 1)
         for name, index, ids in tqdm(prompts, desc="real prefixes", unit="prompt"):
             prompt = torch.tensor(ids, dtype=torch.long)
-            continuation, _ = sample_continuation(target, prompt, steps, 1.0, generator, None)
+            continuation = (  # --positions 1: the prompt alone, no continuation to sample
+                sample_continuation(target, prompt, steps, 1.0, generator, None)[0] if steps else prompt[:0]
+            )
             for cut in range(0, continuation.numel() + 1, self.GAP):
                 prefix = torch.cat([prompt, continuation[:cut]])
                 tables = read_sequence_pair(target, draft, prefix, n, depth, temperature=1.0)
@@ -598,15 +600,24 @@ def main(argv: list[str] | None = None) -> Path:
     example = worked_example()
     errors = sum("error" in r for r in records)
     real_prefixes = [] if real is None else real.prefixes
+    models, prompt_sets = {}, []
     if real is not None:
         out.mkdir(parents=True, exist_ok=True)
         real.save(out / "real_tables.npz")
+        if not config.quick:  # where the real tables came from: the weights' sha256, the pinned prompt sets
+            from mdsd.hf import describe_model, pair_paths
+
+            paths = (config.target, config.draft) if config.target else pair_paths("qwen2.5-coder")
+            models = {"target": describe_model(paths[0]), "draft": describe_model(paths[1])}
+            prompt_sets = list(config.datasets)
     write_results(
         out,
         "tree_theorems",
         claims,
         config,
         seed=config.seed,
+        models=models,
+        prompt_sets=prompt_sets,
         worked_example=example,
         settings=summary,
         errors=[r for r in records if "error" in r][:50],

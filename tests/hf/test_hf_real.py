@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import runpy
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -46,3 +51,20 @@ def test_real_prompts_fit_the_budget_with_the_chat_template():
             assert any(len(p.input_ids) == 128 for p in batch)
         text = tokenizer.decode(batch[0].input_ids)
         assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
+def test_tree_theorems_on_the_real_pair_records_its_provenance_regression(tmp_path, monkeypatch):
+    """Bug: experiments/tree_theorems.py --real wrote no model provenance (results/tree_theorems_real has
+    empty "models" and "prompt_sets"): now the weights' sha256 and the pinned prompt sets. And --positions 1
+    (the prompts alone) ran into "stack expects a non-empty TensorList"."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    script = Path(__file__).resolve().parents[2] / "experiments" / "tree_theorems.py"
+    flags = ["--real", "--ns", "2", "--trees", "chain2", "--laws", "iid", "--temperatures", "1.0"]
+    flags += ["--cases", "1", "--prompts-per-set", "1", "--positions", "1", "--datasets", "humaneval"]
+    monkeypatch.setattr(sys, "argv", ["tree_theorems", *flags, "--output-dir", str(tmp_path)])
+    runpy.run_path(str(script), run_name="__main__")
+    meta = json.loads((tmp_path / "tree_theorems.json").read_text())["metadata"]
+    assert {meta["models"][role]["pair"] for role in ("target", "draft")} == {"qwen2.5-coder"}
+    assert all(len(meta["models"][role]["weights_sha256"]) == 64 for role in ("target", "draft"))
+    assert [s["name"] for s in meta["prompt_sets"]] == ["humaneval"]
