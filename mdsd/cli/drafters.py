@@ -46,6 +46,7 @@ def _tokenizer(spec: str, cache):
 
 def run(args: argparse.Namespace) -> int:
     from mdsd.drafters import Datastore
+    from mdsd.experiment import ensure_output_dir
 
     if args.action == "info":
         store = Datastore.load(args.directory)
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{store!r}")
         print(json.dumps(meta, indent=2, sort_keys=True))
         return 0
+    ensure_output_dir(args.out, "--out")  # before tokenising the corpus, not after
     if args.heldout is not None:
         from mdsd.data.prompts import load_heldout
 

@@ -58,6 +58,23 @@ def test_build_from_a_prompt_set_s_heldout_text(tmp_path, tokenizer_dir, monkeyp
     assert np.count_nonzero(np.asarray(store.tokens) == SEPARATOR) == 1
 
 
+def test_an_out_folder_that_cannot_be_written_fails_before_tokenising(tmp_path, capsys, monkeypatch):
+    import mdsd.cli.drafters as cli_drafters
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the corpus was tokenised before --out was checked")
+
+    monkeypatch.setattr(cli_drafters, "_tokenizer", no_work)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("x")
+    args = ["drafters", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", "/dev/null/x"]
+    assert main(args) == 2
+    assert (
+        capsys.readouterr().err
+        == "mdsd drafters: error: --out /dev/null/x: cannot write there (Not a directory)\n"
+    )
+
+
 def test_bad_tokenizer_is_a_clean_error(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("x")
