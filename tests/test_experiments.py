@@ -19,6 +19,8 @@ import torch
 
 import mdsd
 
+pytestmark = pytest.mark.slow  # every experiment's --quick run (pytest -m "not slow" leaves them out)
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 

@@ -16,6 +16,8 @@ from mdsd.data.corpus import TEMPERATURES, save_corpus, truncate_logits
 from mdsd.data.prompts import PROMPT_SETS
 from mdsd.hf.methods import MethodsConfig, make_method
 
+pytestmark = pytest.mark.slow  # experiments end to end on tiny models (pytest -m "not slow" leaves them out)
+
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 

@@ -21,6 +21,8 @@ from mdsd.sampling import inverse_cdf, uniform
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
+pytestmark = pytest.mark.slow  # the decoder's law for every verifier and tree: minutes (-m "not slow" skips)
+
 ALPHA = 1e-3
 DECODES = 10_000  # per prompt
 PROMPTS = ([3, 1, 4], [7])

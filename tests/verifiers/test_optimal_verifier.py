@@ -15,6 +15,8 @@ import mdsd
 from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.optimal import OptimalVerifier
 
+pytestmark = pytest.mark.slow  # full vocabulary, the fallback's exact acceptance (-m "not slow" skips)
+
 
 def _cases(v, count, seed, sizes):
     rng = np.random.default_rng(seed)
