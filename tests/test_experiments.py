@@ -177,6 +177,7 @@ def test_a_script_run_from_experiments_writes_to_the_checkouts_runs_regression()
     """Bug: running a script from experiments/ created an untracked experiments/runs/. Runs go to the
     checkout's runs/ (ignored by git) whatever the working directory, and the script says where."""
     root = EXPERIMENTS.parent
+    fresh = not (root / "runs").exists()
     env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's mdsd, whatever is installed
     command = [sys.executable, "toy_table.py", "--quick"]
     done = subprocess.run(command, cwd=EXPERIMENTS, env=env, capture_output=True, text=True, timeout=600)
@@ -189,6 +190,8 @@ def test_a_script_run_from_experiments_writes_to_the_checkouts_runs_regression()
         assert ignored.returncode == 0  # runs/ is not tracked
     finally:
         shutil.rmtree(written, ignore_errors=True)
+        if fresh and (root / "runs").is_dir() and not any((root / "runs").iterdir()):
+            (root / "runs").rmdir()  # leave the checkout as the test found it
 
 
 def test_batch_efficiency_quick(tmp_path):
