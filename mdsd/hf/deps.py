@@ -8,7 +8,7 @@ __all__ = ["HF_PACKAGES", "require_hf"]
 
 # import name -> requirement (the same pins as pyproject.toml's dependencies)
 HF_PACKAGES = {
-    "transformers": "transformers>=4.45",
+    "transformers": "transformers>=4.54.1,<5.25",
     "safetensors": "safetensors>=0.4",
     "gguf": "gguf>=0.10",
     "accelerate": "accelerate>=0.30",
