@@ -575,3 +575,13 @@ def test_static_step_forwards_are_the_fast_paths(pair, tree, monkeypatch):
     assert len(steps) >= 3
     for draft_calls, (rows, tokens, _) in steps:
         assert draft_calls == [(2, n) for n in expected_draft] and (rows, tokens) == (2, expected_target)
+
+
+def test_step_forwards_do_not_draft_retrieved_chains():
+    """Regression: a retrieved chain's nodes were counted as draft forwards of one token per depth, and a
+    source alone (no draft model) as a draft forward of two tokens."""
+    from mdsd.tree.plan import static_plan, with_retrieval
+
+    mixed = with_retrieval(static_plan(Tree.kary([2, 2])), 2, 8)  # the model's tree, 2 chains of 8
+    assert mdsd.costs.step_forwards(mixed) == ([2, 2], 7 + 16)
+    assert mdsd.costs.step_forwards(with_retrieval(None, 1, 8)) == ([], 9)

@@ -73,11 +73,17 @@ def step_forwards(plan: Plan | Tree | DynamicTree, static: bool = False) -> tupl
     (([2, 2], 7), ([2, 2, 2], 6))
     >>> step_forwards(Tree.kary([2, 2]), static=True)
     ([3, 2], 7)
+    >>> from mdsd.tree.plan import with_retrieval  # retrieved chains are not drafted; alone, no draft runs
+    >>> mixed, alone = with_retrieval(static_plan(Tree.chain(1)), 1, 3), with_retrieval(None, 1, 3)
+    >>> step_forwards(mixed), step_forwards(alone)
+    (([2], 5), ([], 4))
     """
     plan = as_plan(plan)
+    if plan.retrieval is not None and not any(g.k > 0 for g in plan.groups):  # a source alone: no draft model
+        return [], plan.num_forward
     draft = [plan.max_depth + 1 if static else 2]
     for d in range(1, plan.max_depth):
-        size = sum(g.size for g in plan.groups_at(d))
+        size = sum(g.size for g in plan.groups_at(d) if g.k > 0)  # a retrieved chain's nodes are not drafted
         if not size:
             break
         draft.append(size)

@@ -1,0 +1,230 @@
+"""Predicted GPU speedups of every measured method: the cost model on a GPU's profiles, B = 1..64.
+
+Inputs, all in the repository:
+
+* two cost profiles (target, draft) measured on a GPU by :func:`mdsd.measure_profile`, of one decoder path:
+  the fast path's (``benchmarks/gpu_fast.py``'s ``profiles`` section) or the eager path's;
+* the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
+  :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
+  o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
+* the tokens per target forward each method reached on the real Qwen2.5-Coder pair
+  (``results/batch_efficiency``, ``results/draft_sources``).
+
+For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup over autoregressive decoding
+on the same profiles, and beside it the **bound** of the method's plan: the speedup if every drafted path
+were accepted whole (depth + 1 tokens per step; retrieved chains count at their depth), which only the
+draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
+Approximations, stated: an adaptive-depth method is costed at its full tree; a dynamic tree at its budget;
+the cache length is the prompts' mean plus half the budget. HF's methods are not mdsd's decoder and are
+left out.
+
+    python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-static \
+        --overhead results/gpu/gpu_fast.json --output-dir results/gpu
+    python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-eager --label eager \
+        --output-dir results/gpu
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+import mdsd
+from mdsd.costs import Overhead
+from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
+from mdsd.tree.spec import parse_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Predicted GPU speedups of the measured methods against batch size."""
+
+    profiles: str = field(
+        default="results/gpu/profiles/h200-static", metadata={"help": "folder with target.json, draft.json"}
+    )
+    overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
+    label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
+    results: tuple[str, ...] = field(
+        default=(
+            "results/batch_efficiency/batch_efficiency.json",
+            "results/draft_sources/draft_sources.json",
+        ),
+        metadata={"help": "measured tokens per target forward"},
+    )
+    batches: tuple[int, ...] = field(default=(1, 2, 4, 8, 16, 32, 64), metadata={"help": "batch sizes B"})
+    context: int = field(default=160, metadata={"help": "cache length of the prediction"})
+    output_dir: str = field(default="", metadata={"help": "results directory ('' = a fresh one in runs/)"})
+    seed: int = field(default=0, metadata={"help": "unused (no randomness); recorded"})
+
+
+def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
+    """The plan a method drafts (None for HF's methods and for unknown specs)."""
+    from mdsd.hf.methods import acceptance_vector
+
+    if spec.startswith("hf-"):
+        return None
+    head, _, source = spec.partition("+")
+    tree_spec, verifier = head.split("/")[:2]
+    if tree_spec == "none":
+        plan = None
+    elif tree_spec.startswith("sequoia:"):
+        a = acceptance_vector(verifier, temperature, 300, "", width=4)
+        plan = static_plan(mdsd.Tree.sequoia(a, int(tree_spec.split(":")[1]), 8))
+    else:
+        tree = parse_tree(tree_spec)
+        plan = tree.plan() if isinstance(tree, DynamicTree) else static_plan(tree)
+    if source:
+        plan = with_retrieval(plan, *retrieve)
+    return plan
+
+
+def fit_overhead(path: Path) -> Overhead | None:
+    """o0 + o1 · B · (F + M) fitted to the host time of the GPU's measured fast-path decode steps."""
+    from scipy.optimize import nnls
+
+    from mdsd.costs.predict import _rows
+
+    rows = [
+        r
+        for r in json.loads(path.read_text())["decode"]
+        if "host_ms" in r and r["path"] != "eager" and r["tree"] != "none"
+    ]
+    if len(rows) < 2:
+        return None
+    design = [[1.0, r["batch"] * _rows(plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1)))] for r in rows]
+    host = [max(r["host_ms"], 0.0) * 1e-3 for r in rows]
+    A, y = np.array(design), np.array(host)
+    scale = A.max(axis=0)
+    coef, _ = nnls(A / scale, y)
+    coef = coef / scale
+    error = float(np.sqrt(np.mean(((A @ coef - y) / np.maximum(y, 1e-9)) ** 2)))
+    return Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(rows), error)
+
+
+def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
+    folder = ROOT / config.profiles
+    target = mdsd.CostProfile.load(folder / "target.json")
+    draft = mdsd.CostProfile.load(folder / "draft.json")
+    overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
+    rows = []
+    for result in config.results:
+        payload = json.loads((ROOT / result).read_text())
+        retrieve = tuple(payload["metadata"]["config"].get("retrieve", (1, 8)))
+        for r in payload["rows"]:
+            plan = plan_of(r["method"], r["temperature"], retrieve)
+            if plan is None:
+                continue
+            e = min(r["tokens_per_forward"], plan.max_depth + 1)
+            for B in config.batches:
+                pred = mdsd.predict(
+                    target, draft, plan, None, B, config.context, tokens_per_step=e, overhead=overhead
+                )
+                best = mdsd.predict(
+                    target,
+                    draft,
+                    plan,
+                    None,
+                    B,
+                    config.context,
+                    tokens_per_step=float(plan.max_depth + 1),
+                    overhead=overhead,
+                )
+                rows.append(
+                    {
+                        "source": Path(result).stem,
+                        "dataset": r.get("dataset", ""),
+                        "method": r["method"],
+                        "temperature": r["temperature"],
+                        "batch": B,
+                        "tokens_per_forward": r["tokens_per_forward"],
+                        "step_ms": 1e3 * pred.step_seconds,
+                        "autoregressive_ms": 1e3 * pred.autoregressive_seconds,
+                        "speedup": pred.speedup,
+                        "bound": best.speedup,
+                    }
+                )
+    ratio = {
+        B: draft.seconds(B, 1, config.context) / target.seconds(B, 1, config.context) for B in config.batches
+    }
+    return rows, overhead, ratio
+
+
+def summary(rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config) -> str:
+    lines = [
+        f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
+        "",
+        f"Profiles: {config.profiles}; context {config.context}; overhead: "
+        + (
+            f"{1e3 * overhead.per_step:.3f} ms + {1e6 * overhead.per_row_node:.2f} µs · B · (F + M) "
+            f"(fit over {overhead.runs} measured steps, rms {overhead.rms_relative_error:.0%})"
+            if overhead
+            else "none (forwards only)"
+        ),
+        "Draft / target one-token forward: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in ratio.items()),
+        "",
+        "Each cell: predicted speedup (bound: every drafted path accepted whole).",
+        "",
+        "| set | T | method | tokens/forward | " + " | ".join(f"B = {B}" for B in config.batches) + " |",
+        "|---|---|---|---|" + "---|" * len(config.batches),
+    ]
+    keys = sorted({(r["source"], r["dataset"], r["temperature"], r["method"]) for r in rows}, key=str)
+    for source, dataset, temperature, method in keys:
+        mine = [
+            r
+            for r in rows
+            if (r["source"], r["dataset"], r["temperature"], r["method"])
+            == (source, dataset, temperature, method)
+        ]
+        cells = " | ".join(f"{r['speedup']:.2f} ({r['bound']:.2f})" for r in mine)
+        name = dataset or source
+        lines.append(f"| {name} | {temperature} | {method} | {mine[0]['tokens_per_forward']:.2f} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path, label: str) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, source in zip(axes, ("batch_efficiency", "draft_sources"), strict=True):
+        mine = [r for r in rows if r["source"] == source and r["temperature"] == 0.6]
+        for key in sorted({(r["dataset"], r["method"]) for r in mine}):
+            line = [r for r in mine if (r["dataset"], r["method"]) == key]
+            ax.plot(
+                [r["batch"] for r in line],
+                [r["speedup"] for r in line],
+                marker="o",
+                ms=3,
+                label=f"{key[0]} {key[1]}".strip(),
+            )
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size B")
+        ax.set_title(f"{source} (T = 0.6)")
+        ax.legend(fontsize=6, ncol=2)
+    axes[0].set_ylabel(f"predicted speedup over autoregressive ({label})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = config_from_cli(Config, argv)
+    out = output_dir("gpu_speedups", config.output_dir)
+    rows, overhead, ratio = predictions(config)
+    name = f"speedups_{config.label}"
+    write_results(out, name, rows, config, config.seed, overhead=overhead and overhead.__dict__)
+    (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config))
+    plot(rows, out / f"{name}.png", config.label)
+    print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()
