@@ -100,7 +100,9 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
 
 def step_shapes(decoder, prompts: list[list[int]], new_tokens: int) -> list[tuple[str, int, int]]:
     """(model, rows, tokens) of each forward of one steady step: the forwards between the last two target
-    forwards of a decode (each step ends with its target forward; the decode must take two steps)."""
+    forwards of a decode (each step ends with its target forward; the decode must take two steps). Run it
+    on a path whose steps call the models from Python (eager, or the fast path's "none": a captured step
+    replays without calling them)."""
     calls = []
     originals = {cls: cls.forward for cls in (ModelCache, StaticLM)}
 
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
                 decoder = _decoder(target, draft, spec, cfg, path)
                 timed = mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
                 context = int(np.mean([c for _, c, _ in timed.schedule]))
-                shapes = step_shapes(decoder, prompts[:B], cfg.max_new_tokens)
+                recorder = _decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
+                shapes = step_shapes(recorder, prompts[:B], cfg.max_new_tokens)
                 forwards = forwards_seconds(decoder, shapes, context, cfg, path)
                 step = timed.seconds / timed.steps
                 row = {

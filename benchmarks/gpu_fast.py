@@ -123,6 +123,7 @@ def env() -> dict:
     return info
 
 
+@torch.no_grad()
 def forwards() -> list[dict]:
     from mdsd.tree.compiled import capture
     from mdsd.tree.draft import causal
@@ -193,6 +194,7 @@ def forwards() -> list[dict]:
 METHODS = [("none", "none"), ("chain:4", "single"), ("binary:3", "rrsw"), ("dynamic:8,2,3,24", "rrsw")]
 
 
+@torch.no_grad()
 def decode() -> list[dict]:
     target, draft = pair()
     vocab = target.config.vocab_size
@@ -211,7 +213,8 @@ def decode() -> list[dict]:
             dec = bench_decode._decoder(target, draft, spec, cfg, path)
             timed = mdsd.costs.time_decode(dec, prompts[:B], new, 0)
             context = int(np.mean([c for _, c, _ in timed.schedule]))
-            shapes = bench_decode.step_shapes(dec, prompts[:B], new)
+            recorder = bench_decode._decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
+            shapes = bench_decode.step_shapes(recorder, prompts[:B], new)
             fwd = bench_decode.forwards_seconds(dec, shapes, context, cfg, path)
             step = timed.seconds / timed.steps
             row.update(
@@ -236,6 +239,7 @@ def decode() -> list[dict]:
     return rows
 
 
+@torch.no_grad()
 def profiles() -> dict:
     target, draft = pair()
     tokens = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 25, 32] if not SMALL else [1, 5, 16]
@@ -252,6 +256,7 @@ def profiles() -> dict:
     return out
 
 
+@torch.no_grad()
 def syncs() -> list[dict]:
     if DEV.type != "cuda":
         return [{"skipped": "no CUDA"}]
@@ -260,8 +265,9 @@ def syncs() -> list[dict]:
 
     from mdsd.tree.spec import parse_tree
 
-    target = tiny_lm(0, vocab=1000).to(DEV)
-    draft = perturbed(target, 0.5, seed=1).to(DEV)
+    target = tiny_lm(0, vocab=1000)
+    draft = perturbed(target, 0.5, seed=1).to(DEV)  # the noise is drawn on the CPU, then both move
+    target = target.to(DEV)
     rows = []
     prompt = torch.randint(1000, (1, 16), device=DEV)
     for spec, name in [
@@ -295,6 +301,7 @@ def syncs() -> list[dict]:
     return rows
 
 
+@torch.no_grad()
 def law() -> list[dict]:
     from scipy.stats import chisquare
 
@@ -303,8 +310,9 @@ def law() -> list[dict]:
 
     from mdsd import Tree
 
-    target = tiny_lm(0).to(DEV)
+    target = tiny_lm(0)
     draft = perturbed(target, 0.3, seed=1).to(DEV)
+    target = target.to(DEV)
     prompts = ([3, 1, 4], [7])
     rows = []
     for name, tree in (
@@ -356,6 +364,7 @@ def law() -> list[dict]:
     return rows
 
 
+@torch.no_grad()
 def hf() -> list[dict]:
     target, _ = pair()
     cfg = bench_decode.Config(device=str(DEV), max_new_tokens=16 if SMALL else 64, temperature=0.6)

@@ -89,6 +89,7 @@ class StaticLM:
         """Committed entries per row [B] (the position of the row's next token)."""
         return self.length
 
+    @torch.no_grad()  # a cache must never hold an autograd graph (each write would chain the last one's)
     def forward(
         self,
         ids: torch.Tensor,
@@ -122,6 +123,7 @@ class StaticLM:
         self.local = S + Q
         return finite(self.model.get_output_embeddings()(h))
 
+    @torch.no_grad()
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
         """Keep of the step's slots only ``index[b, :count[b]]`` (offsets into the step's region), in
         order, as committed entries; start the next step after them."""
