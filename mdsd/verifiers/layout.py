@@ -148,7 +148,7 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     [[0.75, 0.25]]
     """
     p, q = p.double(), q.double()
-    inf = torch.tensor(math.inf, dtype=torch.float64, device=p.device)
+    inf = p.new_full((), math.inf)  # a fill, not a copy from the host (capturable in a CUDA graph)
     ratio = torch.where(
         q > 0, p / q.clamp_min(torch.finfo(torch.float64).tiny), torch.where(p > 0, inf, -inf)
     )
