@@ -46,11 +46,23 @@ construction in the tests), so G_J is a minimum over prefixes and
           \qquad s_l = \inf\{x \ge 0 : D_l + (T_l - x)^k \ge \max_{j < l} D_j + (T_j - x)^k\},
 
 s_l the top of y_l's window. Each curve x ↦ D_j + (T_j − x)^k crosses each later one once, so the windows
-form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass). At verify
-time only the k drafted tokens are needed: s_l = max_j (crossing of curves j and l), found by jumping
-from crossing to crossing (each a lower bound of s_l), then each draft's depth by one arg max: O(V) per
-draft after the O(V log V) sort (:func:`window_tops`, :func:`draft_depths`). The selection law of these
-pieces is checked against F by exact integration over every draft tuple in the tests.
+form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass, on the
+host: :meth:`Verifier.simulate` uses it). At verify time only the k drafted tokens are needed, as device
+kernels with fixed shapes (:func:`window_tops`, :func:`draft_depths`): s_l is the root of the concave
+increasing min_j (C_l − C_j)(x), C_j the curves; from the crossing with j = l − 1, each of a fixed
+number of passes over all prefixes takes the curve whose one-step Newton estimate of its crossing lies
+furthest (a lower bound of that crossing, at least Newton's step on the minimum) and jumps to its exact
+crossing; then each draft's depth by one arg max. O(V) per draft and pass after the O(V log V) sort.
+The selection law of these pieces is checked against F by exact integration over every draft tuple in
+the tests, and the kernels against the host reference (:mod:`mdsd.verifiers.reference`) token by token.
+
+**Why not sort-free.** Only the drafted tokens' windows and F at the selected token enter a verdict, and
+F is p except at the drops and rises of the running minima of h. But those minima are global (a token's
+F depends on h at every earlier place of the order), and in real pairs most drafts fall in one block
+(F = p there, the low-ratio tail where h > 0) whose curves are many: a draft's window is the crossing
+of its curve with the envelope of all earlier curves of its block, which no fixed number of passes of
+prefix sums resolves exactly for every input. The sort (a stable radix sort of 64-bit keys) stays, as
+the floor of the kernel's cost.
 
 All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. A window of mass q and
 value F moves by ~ΔF / (k q) when F moves by ΔF, so F must keep its *relative* precision: at a drop or a
@@ -87,7 +99,6 @@ JUMPS = 6  # window-top jumps per draft (Newton-selected; measured: at most 4 on
 # an accelerator (few, large kernels)
 CHUNK = {"cpu": 1 << 23}
 CHUNK_DEVICE = 1 << 27
-_SIGN = 0x7FFF_FFFF_FFFF_FFFF
 
 
 def newton_steps(k: int) -> int:
@@ -126,12 +137,12 @@ def _prefix(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i < j
 
 
 def _descending(ratio: torch.Tensor) -> torch.Tensor:
-    """Indices sorting rows of ``ratio`` [R, V] (float64) descending, ties in index order: a stable sort
-    of integer keys that order like −ratio (the bits of a float64, its magnitude bits flipped when
-    negative). On the CPU torch sorts a 1-D int64 tensor by radix, several times faster than it sorts
-    the rows of a 2-D one, so the rows are sorted one at a time there (a loop fixed by the shape)."""
-    bits = ratio.neg().view(torch.int64)
-    key = bits ^ ((bits >> 63) & _SIGN)
+    """Indices sorting rows of ``ratio`` [R, V] (float64, no NaN) descending, ties in index order: a
+    stable ascending sort of the integer keys −bits(ratio) (the bits of a non-negative float order like
+    its value; −∞, whose sign bit makes them negative, comes last). On the CPU torch sorts a 1-D int64
+    tensor ascending by radix, several times faster than the rows of a 2-D one or a descending sort, so
+    the rows are sorted one at a time there (a loop fixed by the shape)."""
+    key = ratio.view(torch.int64).neg()
     if key.device.type == "cpu" and key.shape[0] > 0:
         return torch.stack([torch.sort(row, stable=True).indices for row in key])
     return torch.sort(key, dim=-1, stable=True).indices
@@ -148,14 +159,10 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     [[0.75, 0.25]]
     """
     p, q = p.double(), q.double()
-    inf = p.new_full((), math.inf)  # a fill, not a copy from the host (capturable in a CUDA graph)
-    ratio = torch.where(
-        q > 0, p / q.clamp_min(torch.finfo(torch.float64).tiny), torch.where(p > 0, inf, -inf)
-    )
-    order = _descending(ratio)
+    order = _descending((p / q).nan_to_num_(nan=-math.inf))  # q = 0: ∞ where p > 0, −∞ where p = 0
     ps, qs = p.gather(-1, order), q.gather(-1, order)
-    tail_q = _tail(qs)
-    h = _tail(ps) - _power(tail_q.clone(), k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, as tails
+    tail_q, tail_p = _tail(qs), _tail(ps)
+    h = tail_p - _power(tail_q.clone(), k)  # g(P_j) − p(P_j) = (1 − p(P_j)) − (1 − q(P_j))^k, as tails
     top, top_at = torch.cummin(h, dim=-1)  # m_j, and the last j' <= j where h is that low
     low, low_at = torch.cummin(h.flip(-1), dim=-1)
     bottom, bottom_at = low.flip(-1), h.shape[-1] - 1 - low_at.flip(-1)  # S_j, the first j' >= j there
@@ -163,25 +170,25 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     # F is g over the block from the last minimum j* to t + 1 (from t to the next minimum j**) less the p
     # of the block's other tokens; formed so (never as a difference of h values of order 1), a small F
     # keeps its relative precision. Most blocks are the token alone: g(P_{t+1}) − g(P_t), from q_t itself.
-    prefix_q, prefix_p = _prefix(qs), _prefix(ps)
     drop, rise = top[:, 1:] < top[:, :-1], bottom[:, :-1] < bottom[:, 1:]
     token = torch.arange(ps.shape[-1], device=p.device)
-    wide_drop, wide_rise = drop & (top_at[:, :-1] < token), rise & (bottom_at[:, 1:] > token + 1)
+    after = token + 1
+    wide_drop, wide_rise = drop & (top_at[:, :-1] < token), rise & (bottom_at[:, 1:] > after)
     first = torch.where(wide_drop & ~wide_rise, top_at[:, :-1], token)  # the block [first, last)
-    last = torch.where(wide_rise, bottom_at[:, 1:], token + 1)
+    last = torch.where(wide_rise, bottom_at[:, 1:], after)
     wide = wide_drop | wide_rise
-    block_q = torch.where(wide, prefix_q.gather(-1, last) - prefix_q.gather(-1, first), qs)
-    others = torch.where(wide, (prefix_p.gather(-1, last) - prefix_p.gather(-1, first)) - ps, 0.0)
-    gain = _rise(tail_q.gather(-1, last), block_q, k)[0]
-    f_sorted = torch.where(drop | rise, gain - others, ps).clamp_min_(0.0)
-    places = torch.arange(order.shape[-1], device=p.device).expand_as(order)
+    below = tail_q.gather(-1, last)  # q after the block
+    block_q = torch.where(wide, tail_q.gather(-1, first) - below, qs)
+    others = torch.where(wide, (tail_p.gather(-1, first) - tail_p.gather(-1, last)) - ps, 0.0)
+    f_sorted = torch.where(drop | rise, _rise(below, block_q, k)[0] - others, ps).clamp_min_(0.0)
+    places = token.expand_as(order)
     return IIDLayout(
         k=k,
         order=order,
         rank=torch.empty_like(order).scatter_(-1, order, places),
         q_sorted=qs,
         f_sorted=f_sorted,
-        prefix_q=prefix_q,
+        prefix_q=_prefix(qs),
         prefix_f=_prefix(f_sorted),
         tail_q=tail_q,
         target=torch.empty_like(f_sorted).scatter_(-1, order, f_sorted),
@@ -200,15 +207,16 @@ def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch
 
 
 def _power(x: torch.Tensor, k: int) -> torch.Tensor:
-    """x^k for an integer k >= 1 by repeated squaring (in place on ``x``; fewer passes than pow)."""
+    """x^k for an integer k >= 1 by repeated squaring, consuming ``x`` (its storage holds the squares;
+    fewer passes than pow)."""
     result = None
     while True:
         if k & 1:
-            result = x.clone() if result is None else result.mul_(x)
+            result = (x if k == 1 else x.clone()) if result is None else result.mul_(x)
         k >>= 1
         if not k:
             return result
-        x = x.mul_(x) if result is not None else x.mul(x)
+        x = x.mul_(x)
 
 
 def _of_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -216,40 +224,56 @@ def _of_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return t[:1] if t.shape[0] == 1 else t[rows]
 
 
+def _powered(x: torch.Tensor, m: int) -> torch.Tensor:
+    """x^m for an integer m >= 1 in a new tensor (x untouched), by repeated squaring."""
+    if m <= 3:
+        return x.clone() if m == 1 else x * x if m == 2 else (x * x).mul_(x)
+    result, square, own = None, x, False
+    while True:
+        if m & 1:
+            result = square.clone() if result is None else result.mul_(square)
+        m >>= 1
+        if not m:
+            return result
+        square = square.mul_(square) if own else square * square
+        own = True
+
+
 class _Queries:
     """Drafted tokens at sorted positions ``pos`` [N] of layout rows ``rows`` [N], with what every pass
-    over their prefixes j = 0..V needs: the rows' Q_j and D_j ([N or 1, V + 1], gathered once), the
-    token's own Q_l, D_l and tail T_l (l = pos + 1), and the mask of the prefixes j >= l."""
+    over their prefixes j = 0..V needs: the rows' Q_j ([N or 1, V + 1], gathered once), D_j − D_l with −∞
+    for the prefixes j >= l that are not before the token (l = pos + 1), the token's Q_l and tail T_l."""
 
     def __init__(self, lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> None:
         self.k, self.rows, self.pos = lay.k, rows, pos
-        self.prefix_q, self.prefix_f = _of_rows(lay.prefix_q, rows), _of_rows(lay.prefix_f, rows)
+        self.prefix_q = _of_rows(lay.prefix_q, rows)
         self.end_q, self.end_f = lay.prefix_q[rows, pos + 1], lay.prefix_f[rows, pos + 1]
         self.below = lay.tail_q[rows, pos + 1]
         j = torch.arange(lay.prefix_q.shape[-1], device=pos.device)
         self.later = j > pos.unsqueeze(-1)  # [N, V + 1]
+        rise = _of_rows(lay.prefix_f, rows) - self.end_f.unsqueeze(-1)  # D_j − D_l
+        self.rise = rise.masked_fill_(self.later, -math.inf)
 
-    def heights(self, a: torch.Tensor, power: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T_j − x)^power [N, V + 1] and T_j − x, at x = T_l − a (a [N]); T_j − x = a + Q_l − Q_j."""
-        base = (a + self.end_q).unsqueeze(-1).sub(self.prefix_q).clamp_min_(0.0)
-        return (_power(base.clone(), power) if power > 1 else base.clone()), base
+    def heights(self, a: torch.Tensor) -> torch.Tensor:
+        """T_j − x [N, V + 1] at x = T_l − a (a [N]): a + Q_l − Q_j, clamped at 0."""
+        return (a + self.end_q).unsqueeze(-1).sub(self.prefix_q).clamp_min_(0.0)
 
     def curves(self, a: torch.Tensor) -> torch.Tensor:
-        """C_j(x) − D_l − a^k = D_j + (T_j − x)^k − (the token's curve at x), j < l; −inf for j >= l.
-        Plain powers (absolute error ~1e-16), for arg max only."""
-        value, _ = self.heights(a, self.k)
-        value = value.add_(self.prefix_f).sub_((_power(a.clone(), self.k) + self.end_f).unsqueeze(-1))
-        return value.masked_fill_(self.later, -math.inf)
+        """C_j(x) − C_l(x) = D_j − D_l + (T_j − x)^k − a^k for j < l, −∞ for j >= l ([N, V + 1]); plain
+        powers (absolute error ~1e-16), for arg max only."""
+        value = _power(self.heights(a), self.k).add_(self.rise)
+        return value.sub_(_power(a.clone(), self.k).unsqueeze(-1))
 
     def root_bounds(self, a: torch.Tensor) -> torch.Tensor:
-        """How far beyond x = T_l − a every curve j < l crosses the token's, by one Newton step: C_l − C_j
-        is concave increasing in x, so its tangent's root (C_j − C_l)(x) / (C_l − C_j)'(x) is a lower
-        bound of the crossing. Positive exactly where the curve lies above the token's; −inf for j >= l."""
-        power, base = self.heights(a, self.k - 1)
+        """How far beyond x = T_l − a every curve j < l crosses the token's, by one Newton step, times k:
+        C_l − C_j is concave increasing in x, so its tangent's root (C_j − C_l)(x) / (C_l − C_j)'(x) is
+        a lower bound of the crossing, with (C_l − C_j)'(x) = k[(T_j − x)^{k−1} − a^{k−1}] > 0. Positive
+        exactly where the curve lies above the token's; −∞ for j >= l. [N, V + 1]."""
+        base = self.heights(a)
+        power = _powered(base, self.k - 1) if self.k > 2 else base  # (T_j − x)^{k−1}
         own = _power(a.clone(), self.k - 1)
-        above = torch.addcmul(self.prefix_f, power, base).sub_((own * a + self.end_f).unsqueeze(-1))
-        slope = power.sub_(own.unsqueeze(-1))  # (C_l − C_j)'(x) / k = (T_j − x)^{k−1} − a^{k−1} > 0
-        return above.div_(slope.mul_(self.k)).masked_fill_(self.later, -math.inf)
+        above = torch.addcmul(self.rise, power, base).sub_((own * a).unsqueeze(-1))  # C_j − C_l
+        return above.div_(power.sub_(own.unsqueeze(-1))).masked_fill_(self.later, -math.inf)
 
 
 def _chunks(count: int, n: int, device: torch.device):
