@@ -24,8 +24,7 @@ CUDA graph per batch size):
   the end, so a step's host time does not grow with the batch (a draft source's proposals and an adaptive
   depth policy are host work per row by nature).
 
-Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
-:meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
+Every verifier with device kernels (``sync_free``) runs here; the others need the eager path.
 """
 
 from __future__ import annotations
@@ -88,7 +87,7 @@ class FastPath:
             if reason is not None:
                 raise ValueError(f"the {who}: {reason}; decode with compile=False (the eager path)")
         for k, v in decoder.verifiers.items():
-            if v.reads_back(decoder.vocab_size):
+            if not type(v).sync_free:
                 raise ValueError(
                     f"verifier {decoder.verifier_name!r} (k = {k}) reads values back to the host and cannot "
                     "run in a captured step; decode with compile=False (the eager path)"

@@ -149,10 +149,6 @@ class OptimalVerifier(Verifier):
         # also decides k − 1 repeats and picks each repeat
         return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
 
-    def reads_back(self, n):
-        """A law other than i.i.d. on a network within the flow size solves its flow on the host."""
-        return super().reads_back(n) or (not isinstance(self.law, IID) and self._small(n))
-
     def _small(self, n: int, limit: int | None = None) -> bool:
         """Whether a law other than i.i.d. on n tokens takes the exact flow (at most ``limit`` tuples)."""
         return _tuple_count(n, self.law) <= (self.flow_tuples if limit is None else limit)

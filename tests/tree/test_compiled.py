@@ -17,7 +17,6 @@ import torch
 from tiny_lms import perturbed, tiny_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-import mdsd
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.drafters import PromptLookup
 from mdsd.tree.adaptive import GrowShrink
@@ -160,17 +159,6 @@ def test_a_verifier_that_reads_values_back_is_refused_with_the_eager_path_named(
     monkeypatch.setattr(verifier_class("rrsw"), "sync_free", False)
     with pytest.raises(ValueError, match="compile=False"):
         TreeDecoder(target, draft, Tree.kary([2]), verifier="rrsw", temperature=0.7, compile=True)
-
-
-def test_a_flow_on_the_host_is_refused_where_the_vocabulary_is_within_the_flow_size(pair):
-    """optimal:wor solves its flow on the host on small vocabularies (the tiny models' 16 tokens) and runs
-    its device fallback beyond the flow size: only the first is refused."""
-    target, draft = pair
-    with pytest.raises(ValueError, match="compile=False"):
-        TreeDecoder(target, draft, Tree.kary([2]), verifier="optimal:wor", temperature=0.7, compile="none")
-    wor = mdsd.verifier("optimal:wor", 2)
-    assert wor.reads_back(16) and not wor.reads_back(1000)
-    assert not mdsd.verifier("optimal", 2).reads_back(16)
 
 
 def test_a_model_outside_the_supported_families_is_refused_with_the_eager_path_named():
