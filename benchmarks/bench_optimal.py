@@ -1,19 +1,20 @@
-"""Speed of the optimal verifier (i.i.d. drafts) against RRS, per node, at a real vocabulary (issue 13).
+"""Speed of the optimal verifier's kernels against RRS, per node, at a real vocabulary (issues 13, 25).
 
-For each batch size and k: median wall time of ``v.verify(p, q, drafts)`` over ``repeats`` calls for
-``mdsd.verifier("optimal", k)`` and, in the same run on the same pairs and drafts, for
-``mdsd.verifier("rrs", k)``; the ratio optimal / RRS is the figure of merit (goal <= 2). The optimal
-verifier's time at batch 1 is split into its phases on one extra call: the sort and selection law
-(``iid_layout``), the drafted tokens' windows (``window_tops``) and the drafts' depths
-(``draft_depths``). Published figures, for orientation only (other hardware, other settings): Partial
-Resolution (Thomas & Pal, NeurIPS 2025) "under 2 ms per token" on a GPU, Global Resolution (ICLR 2026)
-40-95 ms per token.
+For each batch size B (nodes verified in one call) and k: the median time of ``verify_unchecked`` (the kernel
+the decoder calls) for ``mdsd.verifier("optimal", k)`` (i.i.d. drafts) and, in the same run on the same
+pairs and drafts, timed right before it, for ``mdsd.verifier("rrs", k)``; the ratio optimal / RRS is the
+figure of merit. The without-replacement fallback (``optimal:wor``, on a vocabulary far beyond its flow
+size) runs at ``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule
+is split into its phases: the sort and selection law (``iid_layout``), the drafted tokens' window tops
+(``window_tops``) and the drafts' depths (``draft_depths``). On a GPU one verify of RRS, of the optimal
+verifier and of K-SEQ at B = 1 (k = 2) is also captured in a CUDA graph and replayed.
 
-Pairs are synthetic but real-size: target logits z ~ scale · N(0, 1), draft logits z + noise · N(0, 1),
-softmax in float32 (no model downloads).
+Times: CUDA events on a GPU (after ``warmup`` calls), process CPU time on the CPU (the machine is shared:
+time spent waiting for another process's core is not the kernel's). Pairs are synthetic but real-size:
+target logits z ~ scale · N(0, 1), draft logits z + noise · N(0, 1), softmax in float32 (no downloads).
 
-Run:  python benchmarks/bench_optimal.py [--batches 1,1024] [--ks 2,4,8] [--threads 1]
-Writes benchmarks/results/optimal.json (+ .csv).
+Run:  python benchmarks/bench_optimal.py [--device cuda] [--batches 1,1024] [--ks 2,4,8] [--wor-ks 2,4]
+Writes benchmarks/results/NAME.json (+ .csv) and prints a table.
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ from mdsd.verifiers.layout import draft_depths, iid_layout, window_tops
 
 @dataclass
 class Config:
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
     n: int = field(default=151_936, metadata={"help": "vocabulary size (Qwen2.5)"})
     batches: str = field(default="1,1024", metadata={"help": "comma-separated nodes per verify call"})
-    ks: str = field(default="2,4,8", metadata={"help": "comma-separated draft counts"})
+    ks: str = field(default="2,4,8", metadata={"help": "comma-separated draft counts (i.i.d. rule)"})
+    wor_ks: str = field(default="2,4", metadata={"help": "draft counts of the without-replacement fallback"})
     scale: float = field(default=3.0, metadata={"help": "std of the target logits"})
     noise: float = field(default=1.0, metadata={"help": "std of the draft's logit perturbation"})
-    repeats: int = field(default=5, metadata={"help": "timed calls at batch 1 (median reported)"})
-    big_repeats: int = field(default=1, metadata={"help": "timed calls at batches above 1"})
+    repeats: int = field(default=7, metadata={"help": "timed calls at batch 1 (median reported)"})
+    big_repeats: int = field(default=3, metadata={"help": "timed calls at batches above 1"})
+    warmup: int = field(default=2, metadata={"help": "untimed calls before each measurement"})
+    graph: bool = field(default=True, metadata={"help": "on a GPU, also time CUDA-graph replays at B = 1"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
     name: str = field(
@@ -47,74 +52,175 @@ class Config:
     out_dir: str = field(default="benchmarks/results", metadata={"help": "where NAME.json goes"})
 
 
-def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: float):
+def timer(device: torch.device):
+    """median_seconds(call, repeats, warmup): CUDA events on a GPU, process CPU time on the CPU."""
+
+    def median_seconds(call, repeats: int, warmup: int) -> float:
+        for _ in range(warmup):
+            call()
+        times = []
+        for _ in range(repeats):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                start = time.process_time()
+                call()
+                times.append(time.process_time() - start)
+        return statistics.median(times)
+
+    return median_seconds
+
+
+def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: float, device: torch.device):
     """Softmax pairs [rows, n] in float32: target logits scale·N(0,1), draft logits target + noise·N(0,1)."""
-    z = torch.randn(rows, n, generator=gen).mul_(scale)
+    z = torch.randn(rows, n, generator=gen, device=device).mul_(scale)
     p = torch.softmax(z, -1)
-    z.add_(torch.randn(rows, n, generator=gen).mul_(noise))
+    z.add_(torch.randn(rows, n, generator=gen, device=device).mul_(noise))
     return p, torch.softmax(z, -1)
 
 
-def median_time(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def phases(p, q, drafts, k, gen, device) -> dict:
+    """Seconds of the i.i.d. rule's phases on one call at B = 1: layout (sort + law), windows, depths."""
 
+    def now():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
 
-def phases(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, k: int, gen: torch.Generator) -> dict:
-    """Seconds of the optimal verifier's phases on one call: layout (sort + law), windows, depths."""
-    start = time.perf_counter()
-    lay = iid_layout(p.double(), q.double(), k)
-    mid = time.perf_counter()
-    rows = torch.arange(p.shape[0]).unsqueeze(-1).expand(drafts.shape).reshape(-1)
-    pos = lay.rank[rows, drafts.reshape(-1)]
+    start = now()
+    lay = iid_layout(p.reshape(1, -1), q.reshape(1, -1), k)
+    mid = now()
+    rows = torch.zeros(drafts.numel(), dtype=torch.long, device=device)
+    pos = lay.rank[0, drafts.reshape(-1)]
     tops = window_tops(lay, rows, pos)
-    after = time.perf_counter()
-    draft_depths(lay, rows, pos, tops, torch.rand(pos.shape, generator=gen, dtype=torch.float64))
-    end = time.perf_counter()
-    return {"layout_s": mid - start, "windows_s": after - mid, "depths_s": end - after}
+    after = now()
+    u = torch.rand(pos.shape, generator=gen, dtype=torch.float64, device=device)
+    draft_depths(lay, rows, pos, tops, u)
+    end = now()
+    return {
+        "layout_ms": 1e3 * (mid - start),
+        "windows_ms": 1e3 * (after - mid),
+        "depths_ms": 1e3 * (end - after),
+    }
+
+
+def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device, median_seconds) -> list[dict]:
+    """RRS, optimal and K-SEQ (k = 2) at B = 1 captured in one CUDA graph each, replay vs eager."""
+    p, q = logit_pair(gen, 1, cfg.n, cfg.scale, cfg.noise, device)
+    p, q = p[0], q[0]
+    rows = []
+    for name in ("rrs", "optimal", "kseq"):
+        v = mdsd.verifier(name, 2)
+        drafts = v.draft_unchecked(q, gen)
+        row = {"section": "graph", "verifier": name, "k": 2, "batch": 1}
+        try:
+            v.verify_unchecked(p, q, drafts, gen)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            if hasattr(graph, "register_generator_state"):
+                graph.register_generator_state(gen)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                v.verify_unchecked(p, q, drafts, gen)
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                v.verify_unchecked(p, q, drafts, gen)
+            row["graph_ms"] = 1e3 * median_seconds(graph.replay, 50, 3)
+            row["eager_ms"] = 1e3 * median_seconds(
+                lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen), 50, 3
+            )
+        except Exception as err:  # report what does not capture instead of stopping the run
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def verify_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.device, median_seconds) -> list:
+    """The i.i.d. rule at every k and the fallback at ``wor_ks``, each beside RRS on the same batch."""
+    p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise, device)
+    if batch == 1:
+        p, q = p[0], q[0]  # one node, as the decoder verifies it
+    repeats = cfg.repeats if batch == 1 else cfg.big_repeats
+
+    def seconds(v, drafts):
+        return median_seconds(lambda: v.verify_unchecked(p, q, drafts, gen), repeats, cfg.warmup)
+
+    ks, wor_ks = [int(k) for k in cfg.ks.split(",")], [int(k) for k in cfg.wor_ks.split(",") if k]
+    rows, iid = [], {}
+    for k in sorted(set(ks) | set(wor_ks)):
+        rrs, optimal = mdsd.verifier("rrs", k), mdsd.verifier("optimal", k)
+        drafts = optimal.draft_unchecked(q, gen)
+        runs = [("optimal", optimal, drafts)]
+        if k in wor_ks:
+            wor = mdsd.verifier("optimal:wor", k)
+            runs.append(("optimal:wor", wor, wor.draft_unchecked(q, gen)))
+        for name, v, d in runs:
+            base, spent = seconds(rrs, drafts), seconds(v, d)
+            row = {"section": "verify", "verifier": name, "k": k, "batch": batch}
+            row |= {"rrs_ms_per_node": 1e3 * base / batch, "ms_per_node": 1e3 * spent / batch}
+            row["vs_rrs"] = spent / base
+            if name == "optimal":
+                iid[k] = spent
+                if batch == 1:
+                    row |= phases(p, q, drafts, k, gen, device)
+            else:
+                row["vs_iid"] = spent / iid[k]
+            rows.append(row)
+            print(
+                {key: round(val, 4) if isinstance(val, float) else val for key, val in row.items()},
+                flush=True,
+            )
+    return rows
+
+
+def table(rows: list[dict]) -> None:
+    head = ("verifier", "k", "batch", "ms/node", "RRS ms/node", "x RRS", "x iid")
+    print("\n{:<12} {:>2} {:>5} {:>9} {:>11} {:>6} {:>6}".format(*head))
+    for row in rows:
+        if row["section"] == "verify":
+            iid = f"{row['vs_iid']:6.2f}" if "vs_iid" in row else ""
+            print(
+                f"{row['verifier']:<12} {row['k']:>2} {row['batch']:>5} {row['ms_per_node']:9.3f} "
+                f"{row['rrs_ms_per_node']:11.3f} {row['vs_rrs']:6.2f} {iid:>6}"
+            )
+        else:
+            got = (
+                f"{row['graph_ms']:.3f} ms, eager {row['eager_ms']:.3f} ms"
+                if "graph_ms" in row
+                else row["error"]
+            )
+            print(f"CUDA graph, {row['verifier']} k = 2, B = 1: {got}")
 
 
 def main() -> None:
     cfg = config_from_cli(Config)
     torch.set_num_threads(cfg.threads)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    median_seconds = timer(device)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
     start = time.perf_counter()
     rows = []
     for batch in (int(b) for b in cfg.batches.split(",")):
-        p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
-        repeats = cfg.repeats if batch == 1 else cfg.big_repeats
-        for k in (int(k) for k in cfg.ks.split(",")):
-            optimal, rrs = mdsd.verifier("optimal", k), mdsd.verifier("rrs", k)
-            drafts = optimal.draft(q, gen)
-            t_rrs = median_time(lambda v=rrs, d=drafts, a=p, b=q: v.verify(a, b, d, gen), repeats)
-            t_opt = median_time(lambda v=optimal, d=drafts, a=p, b=q: v.verify(a, b, d, gen), repeats)
-            split = phases(p, q, drafts, k, gen) if batch == 1 else {}
-            row = {
-                "batch": batch,
-                "k": k,
-                "rrs_ms_per_node": 1e3 * t_rrs / batch,
-                "optimal_ms_per_node": 1e3 * t_opt / batch,
-                "ratio": t_opt / t_rrs,
-            }
-            row.update(
-                {key.replace("_s", "_ms_per_node"): 1e3 * value / batch for key, value in split.items()}
-            )
-            rows.append(row)
-            print(
-                {key: round(val, 3) if isinstance(val, float) else val for key, val in row.items()},
-                flush=True,
-            )
+        rows += verify_rows(cfg, batch, gen, device, median_seconds)
+    if cfg.graph and device.type == "cuda":
+        rows += graph_rows(cfg, gen, device, median_seconds)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()}-core CPU"
+    load = os.getloadavg()[0]
     summary = {
         "total_seconds": time.perf_counter() - start,
-        "machine": f"{os.cpu_count()}-core CPU, {cfg.threads} torch thread(s), "
-        f"load average {os.getloadavg()[0]:.1f}",
+        "machine": f"{where}, {cfg.threads} torch thread(s), load average {load:.1f} at the end",
     }
+    paths = write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
+    table(rows)
     print(summary)
-    print("wrote", *write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary))
+    print("wrote", *paths)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Pairs are synthetic but real-size: target logits z ~ scale · N(0, 1), draft log
 both through a softmax (no model downloads).
 
 Run:  python benchmarks/bench_verify.py                       (writes benchmarks/results/verify.json)
+      python benchmarks/bench_verify.py --device cuda --no-acceptance --reference-rows 0 --name verify_cuda
       PYTHONPATH=/path/to/old/checkout python benchmarks/bench_verify.py --legacy --name verify_before
 """
 
@@ -39,6 +40,7 @@ from mdsd.verifiers.reference import reference_verify
 
 @dataclass
 class Config:
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
     n: int = field(default=151_936, metadata={"help": "vocabulary size (Qwen2.5)"})
     batches: tuple[int, ...] = field(default=(1, 1024), metadata={"help": "nodes verified in one call"})
     ks: tuple[int, ...] = field(default=(2, 4, 8), metadata={"help": "numbers of drafts (where supported)"})
@@ -46,8 +48,9 @@ class Config:
     noise: float = field(default=1.0, metadata={"help": "std of the draft's logit perturbation"})
     calls: int = field(default=101, metadata={"help": "timed calls x batch per measurement"})
     min_calls: int = field(default=3, metadata={"help": "fewest timed calls per measurement"})
+    warmup: int = field(default=1, metadata={"help": "untimed calls before each measurement"})
     acceptance_repeats: int = field(default=7, metadata={"help": "timed acceptance calls (median)"})
-    reference_rows: int = field(default=4, metadata={"help": "rows of the float64 reference baseline"})
+    reference_rows: int = field(default=4, metadata={"help": "rows of the float64 reference (0: skip it)"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
     legacy: bool = field(default=False, metadata={"help": "time verify() only (a checkout without kernels)"})
@@ -56,26 +59,36 @@ class Config:
     out_dir: str = field(default="benchmarks/results", metadata={"help": "where the results go"})
 
 
-def median_seconds(call, repeats: int) -> float:
-    """Median CPU time of ``call()`` over ``repeats`` calls, after one warm-up call.
+def median_seconds(call, repeats: int, warmup: int = 1, device: torch.device | None = None) -> float:
+    """Median time of ``call()`` over ``repeats`` calls, after ``warmup`` calls.
 
-    CPU time of this process (user + system, so page faults count) rather than wall time: the
-    machine is shared, and time spent waiting for another process's core is not the kernel's.
+    On the CPU, CPU time of this process (user + system, so page faults count) rather than wall time:
+    the machine is shared, and time spent waiting for another process's core is not the kernel's. On a
+    GPU, CUDA events around each call.
     """
-    call()
+    for _ in range(warmup):
+        call()
     times = []
     for _ in range(repeats):
-        start = time.process_time()
-        call()
-        times.append(time.process_time() - start)
+        if device is not None and device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            start = time.process_time()
+            call()
+            times.append(time.process_time() - start)
     return statistics.median(times)
 
 
 def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: float):
     """Softmax pairs [rows, n] in float32: target logits scale·N(0,1), draft logits target + noise·N(0,1)."""
-    z = torch.randn(rows, n, generator=gen).mul_(scale)
+    z = torch.randn(rows, n, generator=gen, device=gen.device).mul_(scale)
     p = torch.softmax(z, -1)
-    z.add_(torch.randn(rows, n, generator=gen).mul_(noise))
+    z.add_(torch.randn(rows, n, generator=gen, device=gen.device).mul_(noise))
     return p, torch.softmax(z, -1)
 
 
@@ -95,28 +108,38 @@ def grid(ks: tuple[int, ...]) -> list[tuple[str, int]]:
 
 
 def verify_rows(cfg: Config, batch: int, gen: torch.Generator) -> list[dict]:
+    device = gen.device
     p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
     if batch == 1:
         p, q = p[0], q[0]  # one node, as the decoder verifies it
     repeats = max(cfg.min_calls, cfg.calls // batch)
+
+    def seconds(call):
+        return median_seconds(call, repeats, cfg.warmup, device)
+
+    rrs = {k: mdsd.verifier("rrs", k) for k in {2, *cfg.ks}}  # the baseline at the same k (or k = 2)
+    rrs_drafts = {k: v.draft(q, gen) for k, v in rrs.items()}
     rows = []
     for name, k in tqdm(grid(cfg.ks), desc=f"verify, batch {batch}"):
         v = mdsd.verifier(name, k)
         drafts = v.draft(q, gen)
-        base = median_seconds(lambda: p.sum() + q.sum(), repeats)
+        base = seconds(lambda: p.sum() + q.sum())
         row = {"section": "verify", "verifier": name, "k": k, "batch": batch, "pass_ms": 1e3 * base / batch}
-        checked = median_seconds(lambda v=v, d=drafts: v.verify(p, q, d, gen), repeats)
+        checked = seconds(lambda v=v, d=drafts: v.verify(p, q, d, gen))
         row |= {"checked_ms": 1e3 * checked / batch, "checked_ratio": checked / base}
         if not cfg.legacy:
-            kernel = median_seconds(lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen), repeats)
-            draft = median_seconds(lambda v=v: v.draft_unchecked(q, gen), repeats)
+            same = k if k in rrs else 2
+            baseline = seconds(lambda s=same: rrs[s].verify_unchecked(p, q, rrs_drafts[s], gen))
+            kernel = seconds(lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen))
+            draft = seconds(lambda v=v: v.draft_unchecked(q, gen))
             row |= {"kernel_ms": 1e3 * kernel / batch, "kernel_ratio": kernel / base}
+            row |= {"rrs_ms": 1e3 * baseline / batch, "vs_rrs": kernel / baseline}
             row |= {"draft_ms": 1e3 * draft / batch, "draft_ratio": draft / base}
-        if batch > 1:
+        if batch > 1 and cfg.reference_rows > 0:
             m = cfg.reference_rows
-            u = draw_uniforms((m,), k, gen)
+            u = draw_uniforms((m,), v._uniform_columns(), gen, device)
             start = time.process_time()
-            reference_verify(name, p[:m].double(), q[:m].double(), drafts[:m], u)
+            reference_verify(name, p[:m].double().cpu(), q[:m].double().cpu(), drafts[:m].cpu(), u)
             row["reference_ms_per_row"] = 1e3 * (time.process_time() - start) / m
         rows.append(row)
     return rows
@@ -143,23 +166,35 @@ def acceptance_rows(cfg: Config, p: np.ndarray, q: np.ndarray) -> list[dict]:
 def main() -> None:
     cfg = config_from_cli(Config)
     torch.set_num_threads(cfg.threads)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
     start = time.perf_counter()
     rows = []
     if cfg.acceptance:
         p, q = logit_pair(gen, 1, cfg.n, cfg.scale, cfg.noise)
-        p64, q64 = p[0].double().numpy(), q[0].double().numpy()  # a float32 softmax sums to 1 within ~1e-5
+        p64, q64 = (
+            p[0].double().cpu().numpy(),
+            q[0].double().cpu().numpy(),
+        )  # a float32 softmax sums to 1 within ~1e-5
         rows += acceptance_rows(cfg, p64 / p64.sum(), q64 / q64.sum())
     for batch in cfg.batches:
         rows += verify_rows(cfg, batch, gen)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()}-core CPU"
+    load = os.getloadavg()[0]
     summary = {
         "total_seconds": time.perf_counter() - start,
-        "machine": f"{os.cpu_count()}-core CPU, {cfg.threads} torch thread(s), "
-        f"load average {os.getloadavg()[0]:.1f} at the end",
+        "machine": f"{where}, {cfg.threads} torch thread(s), load average {load:.1f} at the end",
     }
     paths = write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
     for row in rows:
         print({key: round(val, 4) if isinstance(val, float) else val for key, val in row.items()})
+    print(f"\n{'verifier':<10} {'k':>2} {'batch':>5} {'kernel ms/node':>14} {'x pass':>7} {'x RRS':>6}")
+    for row in rows:
+        if row["section"] == "verify" and "kernel_ms" in row:
+            print(
+                f"{row['verifier']:<10} {row['k']:>2} {row['batch']:>5} {row['kernel_ms']:14.3f} "
+                f"{row['kernel_ratio']:7.1f} {row['vs_rrs']:6.2f}"
+            )
     print(summary)
     print("wrote", *paths)
 

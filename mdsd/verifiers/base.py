@@ -48,7 +48,9 @@ class Rows:
     ``p``, ``q`` [*Bp, V] (Bp broadcastable to B), ``drafts`` [*B, K], the call's uniforms, and
     ``degenerate`` [*B] (None when the law has none): on those rows q and the drafts are a stand-in
     (uniform q, drafts 0..k−1) so that the kernel's arithmetic stays finite; :meth:`draw` returns a
-    draw of p there and the base class ignores the kernel's accept decision.
+    draw of p there and the base class ignores the kernel's accept decision. ``shared``: one pair
+    p, q [V] drafted many times by :meth:`Verifier.simulate` (a kernel may lay the pair out once,
+    on the host); never set on the decoder's path.
     """
 
     p: torch.Tensor
@@ -56,6 +58,7 @@ class Rows:
     drafts: torch.Tensor
     u: Uniforms
     degenerate: torch.Tensor | None
+    shared: bool = False
 
     def draw(self, w: torch.Tensor, dropped: torch.Tensor | None = None) -> torch.Tensor:
         """The residual token [*B]: a draw of weights ``w`` [*Bw, V] (less the tokens ``dropped``) with
@@ -315,7 +318,7 @@ class Verifier(ABC):
         return torch.cat(out).reshape(batch)
 
     def _verify_block(
-        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms
+        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms, shared: bool = False
     ) -> torch.Tensor:
         degenerate = None
         if self.law.min_support() > 1:
@@ -324,7 +327,7 @@ class Verifier(ABC):
             q = torch.lerp(q, q.new_full((), 1.0 / q.shape[-1]), flag)  # stand-in: uniform q
             stand_in = torch.arange(self.k, device=drafts.device)
             drafts = torch.where(degenerate.unsqueeze(-1), stand_in, drafts)
-        proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate))
+        proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate, shared))
         if degenerate is not None:
             accepted = accepted & ~degenerate
         return torch.where(accepted, proposal, residual)
@@ -367,7 +370,7 @@ class Verifier(ABC):
             else:
                 drafts = self.law._sample(qt, generator, (rows,))
             u = draw_uniforms((rows,), self._uniform_columns(), generator, pt.device)
-            out = self._verify_block(pt, qt, drafts, u)
+            out = self._verify_block(pt, qt, drafts, u, shared=True)
             tokens.append(out)
             accepted.append(first_match(drafts, out))
         return torch.cat(tokens), torch.cat(accepted)

@@ -17,6 +17,10 @@ __all__ = ["KSeqVerifier", "kseq_rho", "GRID_BITS", "stage_bits"]
 
 # ρ lies on a grid of 2^bits steps over [1, k]: a step of (k − 1) 2^-bits, about the input's precision
 GRID_BITS = {torch.float32: 24, torch.float64: 48}
+# Off the CPU the histograms are sums by atomic adds. Most tokens lie outside the bracket (all but a few
+# once it is narrow), and adding them all to the two bins beyond its ends serialises the adds on two
+# addresses per row: they are spread over SPREAD bins on each side instead, summed afterwards.
+SPREAD = 256
 
 
 def stage_bits(n: int) -> int:
@@ -25,7 +29,17 @@ def stage_bits(n: int) -> int:
     return 12 if n >= 1024 else 8 if n >= 64 else 4
 
 
-def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _gather_lanes(mass: torch.Tensor, lanes: int) -> torch.Tensor:
+    """A row's histogram [R, M + 2] from its spread layout [R, M + 2 lanes]: the lanes of each side summed."""
+    if not lanes:
+        return mass
+    below, inside, above = mass[:, :lanes], mass[:, lanes:-lanes], mass[:, -lanes:]
+    return torch.cat([below.sum(-1, keepdim=True), inside, above.sum(-1, keepdim=True)], dim=-1)
+
+
+def kseq_rho(
+    p: torch.Tensor, q: torch.Tensor, k: int, spread: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""ρ, β(ρ), p_acc(ρ) for rows of p, q [..., V] (float64 results [...]).
 
     β(ρ) = Σ min(p/ρ, q), p_acc(ρ) = 1 − (1 − β)^k, and g(ρ) = p_acc(ρ) − ρ β(ρ) decreases from
@@ -38,7 +52,8 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     with r = p/q, h(ρ) = ρ β(ρ) = Σ_{r < ρ} p + ρ Σ_{r ≥ ρ} q, so one histogram of (p, q) over
     M = 2^12 bins of r inside the current bracket (fewer for small V) gives h, hence g, at all M + 1
     bin edges at once; the first edge with g ≤ 0 and the one before it are the next bracket. Two
-    passes for float32 input, four for float64.
+    passes for float32 input, four for float64. ``spread`` (default: off the CPU) adds the tokens
+    outside the bracket over :data:`SPREAD` bins on each side (a different order of the same sums).
 
     >>> rho, beta, pacc = kseq_rho(torch.tensor([0.5, 0.5]), torch.tensor([0.5, 0.5]), 2)
     >>> float(rho), float(pacc)
@@ -51,7 +66,13 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     rows = pr.shape[0]
     ratio = (pr / qr).nan_to_num_(nan=0.0)  # q = 0: p > 0 lands above k (finite), p = 0 adds nothing
     p64, q64 = pr.reshape(-1).to(torch.float64), qr.reshape(-1).to(torch.float64)  # histogram weights
-    offset = torch.arange(rows, device=p.device).unsqueeze(-1) * (bins + 2)  # one histogram per row
+    lanes = SPREAD if (p.device.type != "cpu" if spread is None else spread) else 0
+    size = bins + 2 + 2 * max(lanes - 1, 0)  # bins of one row's histogram
+    offset = torch.arange(rows, device=p.device).unsqueeze(-1) * size  # one histogram per row
+    if lanes:  # token i outside the bracket goes to lane i mod SPREAD of its side
+        lane = torch.arange(n, device=p.device) % lanes
+        below_lane, above_lane = lane + offset, lane + (offset + bins + lanes)
+        offset = offset + (lanes - 1)
     steps = torch.arange(bins + 1, device=p.device, dtype=torch.float64) / bins  # [M + 1]
     lo = torch.ones(rows, 1, dtype=torch.float64, device=p.device)
     hi = torch.full_like(lo, float(k))
@@ -62,10 +83,18 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[torch.Tensor, to
         # bin 0: r < lo; bin j in 1..M: lo + (j-1) w/M <= r < lo + j w/M; bin M+1: r >= hi. In p's
         # dtype: lo and w are exact there, and r − lo is exact near lo.
         where = (ratio - lo.to(p.dtype)).mul_(scale.to(p.dtype)).add_(1.0).clamp_(0, bins + 1)
-        where = where.to(torch.int64).add_(offset).view(-1)
-        mass_p = torch.zeros(rows * (bins + 2), dtype=torch.float64, device=p.device)
-        below = mass_p.scatter_add_(0, where, p64).view(rows, bins + 2).cumsum_(-1)  # Σ p over r < edge
-        mass_q = torch.zeros_like(mass_p).scatter_add_(0, where, q64).view(rows, bins + 2).cumsum_(-1)
+        index = where.to(torch.int64).add_(offset)
+        if lanes:
+            index = torch.where(where < 1, below_lane, torch.where(where >= bins + 1, above_lane, index))
+        index = index.view(-1)
+        mass_p = torch.zeros(rows * size, dtype=torch.float64, device=p.device).scatter_add_(0, index, p64)
+        mass_q = torch.zeros_like(mass_p).scatter_add_(0, index, q64)
+        mass_p, mass_q = (
+            _gather_lanes(mass_p.view(rows, size), lanes),
+            _gather_lanes(mass_q.view(rows, size), lanes),
+        )
+        below = mass_p.cumsum_(-1)  # Σ p over r < edge
+        mass_q = mass_q.cumsum_(-1)
         above = mass_q[:, -1:] - mass_q[:, : bins + 1]  # Σ q over r >= edge_m, m = 0..M
         edge = torch.addcmul(lo, width, steps)  # [R, M + 1]
         h = torch.addcmul(below[:, : bins + 1], edge, above)  # ρ β(ρ) at every edge

@@ -4,15 +4,22 @@
   draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form
   and Σ min(F, p) = α*; no residual ever lands on a draft, so the acceptance is exactly α*.
 * any other law (without replacement, Joint, hub, ...) on a small network (at most :data:`FLOW_TUPLES`
-  draft tuples): the rule read off an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)),
-  with F summed back from the rule, so the verifier is lossless whatever the solver's tolerance and
-  optimal up to it.
+  draft tuples, counted from the vocabulary size and k, never from the values of q): the rule read off
+  an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)), with F summed back from the rule,
+  so the verifier is lossless whatever the solver's tolerance and optimal up to it. A host path: the
+  flow is solved on the CPU, the only part of this verifier that reads values back.
 * drafts without replacement beyond that size: not exactly optimal. The drafts are turned into k i.i.d.
   drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
   of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
   acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
   :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and
   refuses to guess it for k >= 5 (use :func:`mdsd.estimate_acceptance`).
+
+**On the device.** The i.i.d. rule and the fallback are kernels like every other verifier's: the layout of
+all rows at once (a stable sort of the ratios by integer keys, prefix sums, running minima, F), each
+draft's window top by a fixed number of jumps and its depth by one arg max, the least depth selected,
+the two-step accept/residual (:mod:`mdsd.verifiers.layout`); fixed shapes per (rows, V, k), no branch
+on the data, no host synchronisation, every random number from the call's :class:`Uniforms`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch
 from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
 from mdsd.validation import check_k
-from mdsd.verifiers.base import CPU_SLAB, Rows, Verifier
+from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
 from mdsd.verifiers.layout_reference import least_depth_odds, reference_select, stack_pieces
@@ -39,8 +46,6 @@ __all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
 
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
-_SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
-ROWS = 32  # rows of p, q laid out at a time at V = 151,936; more at smaller V (CPU_SLAB entries)
 _LAWS = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}  # law names
 
 
@@ -73,13 +78,13 @@ def _pieces(p: bytes, q: bytes, k: int) -> tuple[np.ndarray, dict[int, list[tupl
     return lay.target[0].numpy(), stack_pieces(lay, pair_layout(lay)) if k > 1 else {}
 
 
-def _tuple_count(q: np.ndarray, law: DraftLaw) -> float:
-    m = int(np.count_nonzero(q))
+def _tuple_count(n: int, law: DraftLaw) -> float:
+    """Draft tuples of ``law`` on a vocabulary of n tokens (an upper bound where q has zeros)."""
     if isinstance(law, WithoutReplacement):
-        return float(math.prod(range(m - law.k + 1, m + 1)))
+        return float(math.prod(range(n - law.k + 1, n + 1)))
     if hasattr(law, "table"):
         return float(len(law.table))
-    return float(m) ** law.k
+    return float(n) ** law.k
 
 
 @register
@@ -109,13 +114,16 @@ class OptimalVerifier(Verifier):
     """
 
     name = "optimal"
-    sync_free = False  # layouts are built a block of rows at a time, flows solved on the host
+    # i.i.d. drafts and the without-replacement fallback run as device kernels; a flow (another law on a
+    # network of at most ``flow_tuples`` tuples, decided from V and k) is solved on the host
+    sync_free = True
     laws = ("iid", "wor")
 
     def __init__(self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES) -> None:
         self._law_spec = law
         self.flow_tuples = check_k(flow_tuples, "flow_tuples", minimum=0)
         self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
+        self._shared = False  # within simulate's calls (Rows.shared): one pair, its whole stack on the host
         super().__init__(k)
 
     def __repr__(self) -> str:
@@ -141,8 +149,9 @@ class OptimalVerifier(Verifier):
         # also decides k − 1 repeats and picks each repeat
         return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
 
-    def _small(self, q: np.ndarray, limit: int | None = None) -> bool:
-        return _tuple_count(q, self.law) <= (self.flow_tuples if limit is None else limit)
+    def _small(self, n: int, limit: int | None = None) -> bool:
+        """Whether a law other than i.i.d. on n tokens takes the exact flow (at most ``limit`` tuples)."""
+        return _tuple_count(n, self.law) <= (self.flow_tuples if limit is None else limit)
 
     # -- acceptance ---------------------------------------------------------------------------------------
 
@@ -151,13 +160,13 @@ class OptimalVerifier(Verifier):
         ``flow_tuples``) draft tuples, or the without-replacement fallback with k <= 4."""
         if isinstance(self.law, IID) or (isinstance(self.law, WithoutReplacement) and self.k <= 4):
             return None
-        rows = np.asarray(q, dtype=np.float64).reshape(-1, np.shape(q)[-1])
-        if all(self._small(row / row.sum(), limit) for row in rows):
+        n = np.shape(q)[-1]
+        if self._small(n, limit):
             return None
         limit = self.flow_tuples if limit is None else limit
         if isinstance(self.law, WithoutReplacement):
             return (
-                f"{self!r} on {np.count_nonzero(rows[0])} tokens runs the i.i.d. fallback (more than {limit} "
+                f"{self!r} on {n} tokens runs the i.i.d. fallback (more than {limit} "
                 "draft tuples), whose exact acceptance is known only for k <= 4: it lies between "
                 "optimal_acceptance(p, q, IID(k)) and optimal_acceptance(p, q, WithoutReplacement(k)); "
                 "estimate it with mdsd.estimate_acceptance(v, p, q, num_samples, seed)"
@@ -168,7 +177,7 @@ class OptimalVerifier(Verifier):
         if isinstance(self.law, IID):
             law = iid_layout(torch.from_numpy(p)[None], torch.from_numpy(q)[None], self.k).target[0].numpy()
             return float(np.minimum(law, p).sum())
-        if self._small(q):
+        if self._small(q.size):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
         if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
@@ -185,7 +194,7 @@ class OptimalVerifier(Verifier):
             select = {}
             for x, chance in zip(drafts, odds, strict=True):
                 select[x] = select.get(x, 0.0) + float(chance)
-        elif self._small(q):
+        elif self._small(q.size):
             rule = flow_rule(p, q, self.law)
             f = selection_acceptance(p, rule)[1]
             s = rule[drafts][1] if drafts in rule else np.zeros(p.size)
@@ -204,10 +213,25 @@ class OptimalVerifier(Verifier):
 
     def _reference(self, p, q, drafts, accept, residual):
         """I.i.d. drafts: the layout by a plain loop (:mod:`mdsd.verifiers.layout_reference`), then the
-        two-step rule with one uniform (accept below a, else a fresh uniform for the residual)."""
-        if not isinstance(self.law, IID):
-            raise ValueError(f"{self!r}: the float64 reference is written for i.i.d. drafts")
-        chosen, f = reference_select(p, q, drafts, accept[: self.k])
+        two-step rule with one uniform (accept below a, else a fresh uniform for the residual). Drafts
+        without replacement beyond the flow size: first the i.i.d. stream whose distinct tokens are the
+        drafts (before each draw after the first, a repeat of the drafts so far with probability their q
+        mass, the repeated one drawn by q, else the next draft; uniforms: k − 1 repeat tests, k − 1
+        picks, then the k depths)."""
+        k = self.k
+        if isinstance(self.law, WithoutReplacement) and not self._small(p.size):
+            draws, used = [drafts[0]], 1
+            for i in range(k - 1):
+                seen = q[list(drafts[:used])]
+                if accept[i] < seen.sum():
+                    draws.append(drafts[draw_index(seen, accept[k - 1 + i])])
+                else:
+                    draws.append(drafts[used])
+                    used += 1
+            drafts, accept = draws, accept[2 * k - 2 :]
+        elif not isinstance(self.law, IID):
+            raise ValueError(f"{self!r}: the float64 reference is written for i.i.d. drafts and the fallback")
+        chosen, f = reference_select(p, q, drafts, accept[:k])
         a = min(1.0, p[chosen] / f[chosen]) if f[chosen] > 0 else 1.0
         if residual < a:
             return chosen
@@ -226,84 +250,65 @@ class OptimalVerifier(Verifier):
         """The two-step rule emits the token itself: it is the proposal, always "accepted"; on the
         base class's degenerate rows (q with fewer than k tokens, drafts without replacement) the
         residual is a draw of p."""
-        tokens = self._emit(rows.p, rows.q, rows.drafts, rows.u)
+        self._shared = rows.shared
+        try:
+            tokens = self._emit(rows.p, rows.q, rows.drafts, rows.u)
+        finally:
+            self._shared = False
         residual = tokens if rows.degenerate is None else rows.draw_p()
         return tokens, torch.ones_like(tokens, dtype=torch.bool), residual
 
     def _emit(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         if isinstance(self.law, IID):
             return self._verify_iid(p, q, drafts, u.accept[..., : self.k], u.residual)
-        rows_p = p.reshape(-1, p.shape[-1]).double().cpu().numpy()
-        rows_q = q.reshape(-1, q.shape[-1]).double().cpu().numpy()
-        if all(self._small(row / row.sum()) for row in rows_q):
-            return self._verify_flow(p, q, drafts, u, rows_p, rows_q)
+        if self._small(p.shape[-1]):
+            return self._verify_flow(p, q, drafts, u)
         if isinstance(self.law, WithoutReplacement):
             return self._verify_wor_fallback(p, q, drafts, u)
         raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
 
     def _verify_iid(self, p, q, drafts, u_depth, u_emit) -> torch.Tensor:
-        batch, n = drafts.shape[:-1], p.shape[-1]
-        if p.ndim == 1:  # one pair (a node, or simulate): its layout is cached
-            lay, pair = self._layout(p, q)
-            row = torch.zeros(batch, dtype=torch.long, device=p.device)
-            chosen = self._select(lay, pair, row, drafts, u_depth)
-            return two_step(p, lay.target[0], chosen, u_emit)
-        rows = math.prod(p.shape[:-1])  # [*Bp] rows, broadcast over the drafts' [*B]
-        row = torch.arange(rows, device=p.device).reshape(p.shape[:-1]).expand(batch).reshape(-1)
-        flat_p, flat_q = p.reshape(rows, n), q.reshape(rows, n)
-        flat_d, flat_u = drafts.reshape(-1, self.k), u_depth.reshape(-1, u_depth.shape[-1])
-        emit, out = u_emit.reshape(-1), torch.empty(row.shape, dtype=torch.long, device=p.device)
-        step = max(ROWS, CPU_SLAB // n)  # a layout holds ~10 arrays of [rows, V]: bounded memory
-        for start in range(0, rows, step):
-            mine = ((row >= start) & (row < start + step)).nonzero().squeeze(-1)
-            lay = iid_layout(flat_p[start : start + step], flat_q[start : start + step], self.k)
-            local = row[mine] - start
-            chosen = self._select(lay, None, local, flat_d[mine], flat_u[mine])
-            if mine.numel() <= 2 * lay.order.shape[0]:  # about one draft tuple per row: gather the rows
-                out[mine] = two_step(flat_p[row[mine]], lay.target[local], chosen, emit[mine])
-                continue
-            for r in range(lay.order.shape[0]):  # many tuples per row: one call per row, p broadcast
-                at = (local == r).nonzero().squeeze(-1)
-                out[mine[at]] = two_step(flat_p[start + r], lay.target[r], chosen[at], emit[mine[at]])
-        return out.reshape(batch)
+        """The i.i.d. rule on rows p, q [*Bp, V] for draft tuples [*B, K] (Bp broadcastable to B):
+        tokens [*B]. Within :meth:`simulate` (one pair drafted many times) the pair is laid out once
+        with its whole stack, on the host."""
+        n, lead = p.shape[-1], p.shape[:-1]
+        if self._shared and p.ndim == 1 and self.k > 1:
+            lay, pair = self._pair(p, q)
+        else:
+            lay, pair = iid_layout(p.reshape(-1, n), q.reshape(-1, n), self.k), None
+        chosen = self._select(lay, pair, lead, drafts, u_depth)
+        return two_step(p, lay.target.reshape(*lead, n), chosen, u_emit)
 
-    def _select(self, lay, pair, row, drafts, u) -> torch.Tensor:
-        """The draft of least depth: tokens [*B] for drafts [*B, K] of layout rows ``row`` [*B]."""
+    def _select(self, lay, pair, lead, drafts, u) -> torch.Tensor:
+        """The draft of least depth: tokens [*B] for drafts [*B, K] of the layout's rows [*lead]."""
         if self.k == 1:
             return drafts[..., 0]
-        pos = lay.rank[row.unsqueeze(-1), drafts]  # [*B, K]
-        depth = self._depths(lay, pair, row, pos, u)
-        return drafts.gather(-1, depth.argmin(-1, keepdim=True))[..., 0]
+        row = torch.arange(lay.order.shape[0], device=drafts.device).reshape(lead).expand(drafts.shape[:-1])
+        pos = lay.rank[row.unsqueeze(-1), drafts]  # [*B, K]: places in the sorted order
+        flat = pos.reshape(-1)
+        if pair is not None:
+            depth = pair_depths(lay, pair, flat, u.reshape(-1))
+        else:
+            rows = row.unsqueeze(-1).expand(pos.shape).reshape(-1)
+            depth = draft_depths(lay, rows, flat, window_tops(lay, rows, flat), u.reshape(-1))
+        return drafts.gather(-1, depth.reshape(pos.shape).argmin(-1, keepdim=True))[..., 0]
 
-    def _layout(self, p, q):
-        """The layout of rows p, q; for one pair also its whole stack (built once, reused by simulate)."""
-        n = p.shape[-1]
+    def _pair(self, p, q):
+        """The layout of one pair p, q [V] and its whole stack, cached (simulate draws many chunks)."""
         cache = self._pair_cache
         if cache is not None and torch.equal(cache[0], p) and torch.equal(cache[1], q):
             return cache[2], cache[3]
-        lay = iid_layout(p.reshape(-1, n), q.reshape(-1, n), self.k)
-        if p.ndim == 1 and self.k > 1:
-            self._pair_cache = (p.clone(), q.clone(), lay, None)
-        return lay, None
+        lay = iid_layout(p.reshape(1, -1), q.reshape(1, -1), self.k)
+        pair = pair_layout(lay)
+        self._pair_cache = (p.clone(), q.clone(), lay, pair)
+        return lay, pair
 
-    def _depths(self, lay, pair, row, pos, u) -> torch.Tensor:
-        rows = row.unsqueeze(-1).expand(pos.shape).reshape(-1)
-        flat = pos.reshape(-1)
-        if lay.order.shape[0] == 1 and flat.numel() > _SHARED:
-            if pair is None:  # many drafts of one pair: build the whole stack once
-                pair = pair_layout(lay)
-                if self._pair_cache is not None and self._pair_cache[2] is lay:
-                    self._pair_cache = (*self._pair_cache[:3], pair)
-            return pair_depths(lay, pair, flat, u.reshape(-1)).reshape(pos.shape)
-        key = rows * (lay.order.shape[-1] + 1) + flat
-        uniq, inverse = torch.unique(key, return_inverse=True)
-        u_rows, u_pos = uniq // (lay.order.shape[-1] + 1), uniq % (lay.order.shape[-1] + 1)
-        tops = window_tops(lay, u_rows, u_pos)[inverse]
-        return draft_depths(lay, rows, flat, tops, u.reshape(-1)).reshape(pos.shape)
-
-    def _verify_flow(self, p, q, drafts, u, rows_p, rows_q) -> torch.Tensor:
+    def _verify_flow(self, p, q, drafts, u) -> torch.Tensor:
+        """The flow's rule (a host path: the flow is solved on the CPU for every row)."""
         batch, n = drafts.shape[:-1], p.shape[-1]
         lead = p.shape[:-1]
+        rows_p = p.reshape(-1, n).double().cpu().numpy()
+        rows_q = q.reshape(-1, n).double().cpu().numpy()
         row = torch.arange(math.prod(lead)).reshape(lead).expand(batch).reshape(-1).tolist()
         rules, laws = [], []
         for a, b in zip(rows_p, rows_q, strict=True):
@@ -323,6 +328,9 @@ class OptimalVerifier(Verifier):
         return two_step(p, law, selected, u.residual)
 
     def _verify_wor_fallback(self, p, q, drafts, u) -> torch.Tensor:
+        """Drafts without replacement [*B, K] turned into the first k draws of an i.i.d. stream whose
+        distinct tokens are the drafts (a repeat of a draft s so far w.p. q(s), else the next draft;
+        uniforms: k − 1 repeat tests, k − 1 picks), then the i.i.d. rule on those draws."""
         k = self.k
         repeat, which = u.accept[..., : k - 1], u.accept[..., k - 1 : 2 * k - 2]  # [*B, k−1] each
         qd = take(q.double(), drafts)  # [*B, K]

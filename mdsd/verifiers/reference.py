@@ -48,8 +48,9 @@ def onehot(n: int, y: int) -> np.ndarray:
     return e
 
 
-def reference_verify(name: str, p: object, q: object, drafts: object, uniforms: Uniforms) -> torch.Tensor:
-    """Emitted tokens [B] of verifier ``name`` for rows p, q [B, V], drafts [B, k], row by row in float64.
+def reference_verify(name: object, p: object, q: object, drafts: object, uniforms: Uniforms) -> torch.Tensor:
+    """Emitted tokens [B] of verifier ``name`` (a registered name, or a verifier) for rows p, q [B, V],
+    drafts [B, k], row by row in float64.
 
     >>> from mdsd.verifiers import draw_uniforms
     >>> u = draw_uniforms((1,), 1, torch.Generator().manual_seed(0))
@@ -61,7 +62,7 @@ def reference_verify(name: str, p: object, q: object, drafts: object, uniforms: 
     drafts = np.asarray(torch.as_tensor(drafts)).astype(int)
     accept = uniforms.accept.cpu().numpy()
     residual = uniforms.residual.cpu().numpy()
-    v = verifier(name, drafts.shape[-1])
+    v = verifier(name, drafts.shape[-1]) if isinstance(name, str) else name
     need = v.law.min_support()
     out = []
     for b in range(drafts.shape[0]):

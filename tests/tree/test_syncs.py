@@ -148,7 +148,7 @@ class _DeviceAudit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["rrs", "spechub", "kseq", "greedy", "block", "traversal"])
+@pytest.mark.parametrize("name", ["rrs", "spechub", "kseq", "greedy", "optimal", "block", "traversal"])
 def test_every_tensor_made_in_the_loop_names_its_device(models, name):
     target, draft = models
     trees = {"spechub": Tree.kary([2, 2]), "block": Tree.chain(3), "traversal": Tree((0, 0, 0, 1, 1, 2))}

@@ -22,8 +22,10 @@ import mdsd
 from mdsd.verifiers import draw_uniforms
 
 KERNEL_GRID = GRID + [(name, 4) for name, k in GRID if k == 3]
-# the optimal verifier builds layouts and flows on the host (Verifier.sync_free = False)
+# every verifier is sync-free; the optimal verifier's fallback for drafts without replacement too (V = 300
+# and 1000 exceed its flow size for k >= 2)
 SYNC_FREE_GRID = [(name, k) for name, k in KERNEL_GRID if mdsd.verifiers.verifier_class(name).sync_free]
+SYNC_FREE_GRID += [("optimal:wor", 2), ("optimal:wor", 3)]
 
 # Python-level reads of a tensor's value on the host, and data-dependent shapes
 HOST_READS = {
@@ -175,3 +177,18 @@ def test_unchecked_and_checked_agree(name, k):
     with mock.patch("mdsd.verifiers.base.CPU_SLAB", 7 * 50):  # slabs of 7 rows
         c = v.verify_with(p, q, drafts, u)
     assert torch.equal(a[0], c[0]) and torch.equal(a[1], c[1])
+
+
+@pytest.mark.parametrize(("name", "k"), SYNC_FREE_GRID)
+def test_kernels_trace_whole_with_torch_compile(name, k):
+    """Fixed shapes and no data-dependent control flow: every verifier's kernel (with the base class's
+    degenerate rows around it) traces into one graph (fullgraph=True, the cheap "eager" backend) and
+    gives the eager tokens. The decoder's step can then be compiled or captured in a CUDA graph."""
+    torch._dynamo.reset()
+    v = mdsd.verifier(name, k)
+    p, q = _inputs(name, k, (6,), 300, torch.float32, seed=k)
+    gen = torch.Generator().manual_seed(2)
+    drafts = v.draft_unchecked(q, gen)
+    u = draw_uniforms((6,), v._uniform_columns(), gen)
+    compiled = torch.compile(v._verify_block, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(p, q, drafts, u), v._verify_block(p, q, drafts, u))

@@ -1,0 +1,116 @@
+"""The optimal verifier's device kernels (issue 25): the same tokens as the host float64 reference under the
+same uniforms on random and adversarial rows (V = 2 .. 151,936, entries 1e-300..1, exact zeros, float32
+one-hot rows, ties, p = q, disjoint supports), for i.i.d. drafts and the without-replacement fallback; the
+fixed numbers of jumps and Newton steps reach what unbounded loops reach."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from verifier_cases import adversarial_pair
+
+import mdsd
+import mdsd.verifiers.layout as layout
+from mdsd.verifiers import draw_uniforms
+from mdsd.verifiers.optimal import OptimalVerifier
+from mdsd.verifiers.reference import reference_verify
+
+SIZES = (2, 3, 5, 17, 300, 2000)
+
+
+def _extremes(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Entries spanning 1e-300..1, exact zeros, one-hot rows, ties, p = q and disjoint supports."""
+    tiny = np.zeros(n)
+    tiny[0], tiny[1:] = 1.0 - 1e-300 * (n - 1), 1e-300
+    half = np.zeros(n)
+    half[: max(1, n // 2)] = 1.0 / max(1, n // 2)
+    rest = np.zeros(n)
+    rest[n // 2 :] = 1.0 / (n - n // 2)
+    flat = np.full(n, 1.0 / n)
+    one = np.eye(n)[n - 1]
+    return [(one, tiny), (tiny, flat), (half, rest), (flat, flat), (one, flat), (tiny[::-1].copy(), tiny)]
+
+
+def _rows(n: int, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    cases = [adversarial_pair(rng, n, kind) for kind in range(count)] + (_extremes(n) if n >= 2 else [])
+    return torch.tensor(np.array([p for p, _ in cases])), torch.tensor(np.array([q for _, q in cases]))
+
+
+def _same_as_reference(v, p: torch.Tensor, q: torch.Tensor, seed: int, reps: int = 3) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    p, q = p.repeat(reps, 1), q.repeat(reps, 1)
+    drafts = v.draft(q, gen)
+    u = draw_uniforms((p.shape[0],), v._uniform_columns(), gen)
+    tokens, _ = v.verify_with(p, q, drafts, u)
+    expected = reference_verify(v, p, q, drafts, u)
+    assert torch.equal(tokens, expected), (tokens != expected).nonzero()[:5]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_iid_kernel_gives_the_host_reference_tokens(k):
+    v = mdsd.verifier("optimal", k)
+    for n in SIZES:
+        p, q = _rows(n, 44 if n <= 300 else 12, seed=100 * k + n)
+        _same_as_reference(v, p, q, seed=k + n)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_without_replacement_fallback_kernel_gives_the_host_reference_tokens(k):
+    v = OptimalVerifier(k, law="wor", flow_tuples=0)  # the fallback at every size
+    for n in (4, 6, 300):
+        p, q = _rows(n, 44, seed=200 * k + n)
+        _same_as_reference(v, p, q, seed=k + n)
+
+
+def test_float32_one_hot_rows_give_the_host_reference_tokens():
+    """float32 rows that are exactly one-hot or dyadic (so both sides see the same numbers)."""
+    p = torch.tensor([[1.0, 0, 0, 0, 0], [0, 0, 0.5, 0.5, 0], [0.25, 0.25, 0.25, 0.25, 0], [0, 0, 0, 0, 1.0]])
+    q = torch.tensor([[0.5, 0.25, 0.25, 0, 0], [1.0, 0, 0, 0, 0], [0, 0, 0, 0.5, 0.5], [0, 0, 0, 0, 1.0]])
+    for k in (2, 4):
+        _same_as_reference(mdsd.verifier("optimal", k), p, q, seed=k, reps=50)
+
+
+def test_full_vocabulary_gives_the_host_reference_tokens():
+    gen = torch.Generator().manual_seed(5)
+    n = 151_936
+    logits = 3 * torch.randn(2, n, generator=gen, dtype=torch.float64)
+    p = torch.softmax(logits, -1)
+    q = torch.softmax(logits + torch.randn(2, n, generator=gen, dtype=torch.float64), -1)
+    _same_as_reference(mdsd.verifier("optimal", 4), p, q, seed=6, reps=2)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 8])
+def test_window_tops_converge_within_the_fixed_jumps(k, monkeypatch):
+    """A measured bound: on adversarial rows (V <= 2000) and at full vocabulary, JUMPS jumps land where
+    4 JUMPS do, to 1e-12 (typically 1-3 jumps are needed; the last moves are rounding-sized)."""
+    gen = torch.Generator().manual_seed(k)
+    full = torch.softmax(3 * torch.randn(2, 151_936, generator=gen, dtype=torch.float64), -1)
+    draft = torch.softmax(full.log() + torch.randn(2, 151_936, generator=gen, dtype=torch.float64), -1)
+    sets = [_rows(n, 33, seed=300 * k + n) for n in (40, 300, 2000)] + [(full, draft)]
+    for p, q in sets:
+        lay = layout.iid_layout(p, q, k)
+        rows = torch.arange(p.shape[0]).repeat_interleave(16)
+        drawn = torch.stack([torch.multinomial(row, 16, replacement=True, generator=gen) for row in q])
+        pos = lay.rank[rows, drawn.reshape(-1)]
+        tops = layout.window_tops(lay, rows, pos)
+        monkeypatch.setattr(layout, "JUMPS", 4 * layout.JUMPS)
+        assert (layout.window_tops(lay, rows, pos) - tops).abs().max() <= 1e-12
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 8, 16])
+def test_crossings_converge_within_the_fixed_newton_steps(k, monkeypatch):
+    """Roots from 1e-12 to 1e12 times the window's mass: newton_steps(k) steps land where 60 do, to
+    4 units in the last place plus the root's conditioning (4 ulp of df over the slope)."""
+    dq = torch.ones(20_001, dtype=torch.float64)
+    root = torch.logspace(-12, 12, 20_001, dtype=torch.float64)
+    df = layout._rise(root, dq, k)[0]
+    below = torch.zeros_like(root)  # the crossing is then −a, a the root found
+    fixed = -layout._crossings(dq, df, below, k)
+    monkeypatch.setattr(layout, "newton_steps", lambda k: 60)
+    converged = -layout._crossings(dq, df, below, k)
+    slope = layout._rise(converged, dq, k)[1]
+    eps = torch.finfo(torch.float64).eps
+    assert ((fixed - converged).abs() <= 4 * eps * converged + 4 * eps * df / slope).all()
