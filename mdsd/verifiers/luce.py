@@ -36,15 +36,15 @@ all tokens, ρ_y = a_y / b_y and (1 + ρ z + q ζ)^{−1} = Σ_m (−ρ z)^m (1 
 and (e^{qu} − 1)^r = r! Σ_n S(n, r) (qu)^n / n! (Stirling numbers of the second kind) turns F(y) into a
 power series in q_y with coefficients shared by the group: O(terms) per token after the nodes.
 
-**Quadrature and its error.** The trapezoid rule in s = log u and σ = log t (step h, default 1/4) on
-[s_min, s_max] × [σ_min, σ_max]: the integrand vanishes like u^{k+1} and t on the left, and decays like
-e^{−λ_k u} (λ_k = q outside the k most likely tokens) and e^{−t w(y)} on the right. In t the integrand
-is a positive mixture of exponentials, analytic in the strip |Im σ| < π/2, and the trapezoid theorem
-(Trefethen & Weideman, SIAM Review 2014, Thm 5.1) bounds its relative error by
-2 / (cos d (e^{2πd/h} − 1)) ≈ 1.2e-15 at h = 1/4, d = 1.5. In u the error is estimated by the sum over
-tokens of |T_h − T_{2h}| (the same sum on every other node), far above the true error, since the
-trapezoid rule converges geometrically; :attr:`LuceLaw.error` reports that estimate plus float rounding.
-The tests check the law against exact enumeration of all tuples (n <= 7) to 1e-13.
+**Quadrature and its error.** The trapezoid rule in s = log u (step h, :func:`default_step`) from
+u^{k+1} ~ 1e-17 to λ_k u = 50 (λ_k = q outside the k most likely tokens; the integrand decays like
+e^{−λ_k u}), and in σ = log t (step 1/4) from t = e^{−20} to t w_min = 50, the nodes below e^{−20}
+summed in closed form. A level with one weight needs no trapezoid in t: with x = e^{−tw} the integrand
+is a polynomial of degree < k in x, and Gauss-Legendre with ⌈k/2⌉ nodes is exact. Both trapezoid rules
+converge geometrically, and the trapezoid theorem for integrands analytic in a strip gives a bound
+relative to F(y) for every token, hence on the L1 error (:func:`quadrature_error`; the default step
+keeps it below 1e-13). :attr:`LuceLaw.error` adds float rounding and the tails left out. The tests check
+the law against exact enumeration of every tuple (n <= 7) within that bound.
 
 Shapes: n tokens; U u-nodes, T t-nodes. See Luce, "Individual Choice Behavior" (1959), and for the race
 Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
@@ -63,7 +63,9 @@ TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) 
 _STEPS = (0.25, 0.2, 0.18, 0.16, 0.14, 0.125, 0.1, 0.08, 0.0625)  # steps tried by default_step, largest first
 GROUP = 16  # least number of light tokens of one (level, weight) summed as a group
 _THETA = 40.0  # q u above which a token counts as arrived (e^-40 ~ 4e-18 left out)
-_LEFT = 1e-17  # mass left out below the first node, in u (bound u^(k+1)) and in t (bound w t)
+_LEFT = 1e-17  # mass left out below the first u-node (bound u^(k+1))
+T_STEP = 0.25  # trapezoid step in log t: relative error below 2e-15 (quadrature_error's t-part)
+_T_LOW = -20.0  # log t of the first t-node; the nodes below are summed in closed form
 _TAIL = 50.0  # integrate until rate · time = 50 (e^-50 · 50^k / k! left out)
 _LIGHT = 0.5  # a token with q u <= this on the whole u-grid may be summed in a group
 _TERMS = 28  # series terms in q u: (k/2)^28 / 28! < 1e-20 for k <= 8
@@ -97,7 +99,8 @@ class LuceLaw:
 
 
 def quadrature_error(step: float, k: int) -> float:
-    r"""Bound on the relative error of the infinite trapezoid rule of step h in log u and log t.
+    r"""Bound on the relative error of the infinite trapezoid rules of step h in log u and :data:`T_STEP`
+    in log t.
 
     Trapezoid theorem (Trefethen & Weideman 2014, Thm 5.1): an integrand analytic in |Im s| < a has
     error <= 2 M_d / (e^{2πd/h} − 1) for d < a, M_d = sup_{|Im s| <= d} ∫|f|. Every term of the law's
@@ -107,7 +110,7 @@ def quadrature_error(step: float, k: int) -> float:
     mixture of e^{−tW} t, analytic for |Im σ| < π/2 with M_d = F(y)/cos d. Hence
 
     .. math:: \frac{|\hat F(y) - F(y)|}{F(y)} \le \min_\varphi \frac{2 (C/\cos\varphi)^k}
-              {\cos^2\varphi\,(e^{2\pi\varphi/h} - 1)} + \min_d \frac{2}{\cos d\,(e^{2\pi d/h} - 1)},
+              {\cos^2\varphi\,(e^{2\pi\varphi/h} - 1)} + \min_d \frac{2}{\cos d\,(e^{2\pi d/h_t} - 1)},
 
     and Σ_y F(y) = 1 makes it a bound on the L1 error too.
 
@@ -118,7 +121,7 @@ def quadrature_error(step: float, k: int) -> float:
     c = np.cos(angle)
     growth = np.expm1(np.minimum(2.0 * np.pi * angle / step, 700.0))
     in_u = float((2.0 * (2.0 / (1.0 - math.exp(-1.0)) / c) ** k / c**2 / growth).min())
-    in_t = float((2.0 / c / growth).min())
+    in_t = float((2.0 / c / np.expm1(np.minimum(2.0 * np.pi * angle / T_STEP, 700.0))).min())
     return in_u + in_t
 
 
@@ -170,6 +173,21 @@ def _top(poly, k: int, monomial: int) -> np.ndarray:
         return np.where(need >= 0, np.exp(scale) * out, 0.0)
 
 
+def _top_product(a, b, k: int, monomial: int) -> np.ndarray:
+    """[z^{k−1} μ] (a × b) without forming the product: a plain array."""
+    scale, need = a[0] + b[0], k - 1 - (a[1] + b[1])
+    pairs = [(x, y) for x, y, z in _TIMES[a[2].shape[0]] if z == monomial]
+    out = np.zeros(np.broadcast_shapes(np.shape(scale), np.shape(need), a[2].shape[2:], b[2].shape[2:]))
+    for d in range(k):
+        at = need == d
+        if not np.any(at):
+            continue
+        value = sum(a[2][x, i] * b[2][y, d - i] for x, y in pairs for i in range(d + 1))
+        out = np.where(at, value, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(need >= 0, np.exp(scale) * out, 0.0)
+
+
 def _higher(u: np.ndarray, mass: np.ndarray, monomials: int, k: int):
     """The tokens of the levels above, of total q ``mass``, none arrived by u: e^{−u Q} (1 + Q ζ)."""
     shape = np.broadcast_shapes(u.shape, mass.shape)
@@ -179,14 +197,16 @@ def _higher(u: np.ndarray, mass: np.ndarray, monomials: int, k: int):
     return -u * mass, np.zeros(shape, dtype=np.int64), coef
 
 
-def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, reverse: bool):
+def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, reverse: bool, start=None):
     """Products of the token factors b + a (1 + r η) z + q b ζ over the tokens before position j (reverse:
-    from j on), for q [m] at nodes u, tw = t·w (broadcasting to [..., m]): polynomials [..., m + 1].
+    from j on), for q [m] at nodes u, tw = t·w (broadcasting to [..., m]): polynomials [..., m + 1],
+    times the polynomial ``start`` [...] if given.
 
     A token with q u > θ has surely arrived: factor a (1 + r η) z. Otherwise b (1 + ρ z + q ζ + ρ r z η)
     with ρ = (e^{qu} − 1) e^{−tw}. One cumulative sum of positive terms per order and monomial.
     """
     qu = q * u
+    qu = np.broadcast_to(qu, np.broadcast_shapes(qu.shape, np.shape(tw)))
     sure = qu > _THETA
     with np.errstate(divide="ignore"):
         scale = np.where(sure, np.log(-np.expm1(-qu)) - tw, -qu)
@@ -201,25 +221,35 @@ def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, rever
         if monomials == 4:
             sig, rr = sig[..., ::-1], rr[..., ::-1]
     coef = np.zeros((monomials, k, *rho.shape[:-1], rho.shape[-1] + 1))
-    coef[0, 0] = 1.0
-    np.cumsum(kap, axis=-1, out=coef[1, 0][..., 1:])
+    scale_sum = np.zeros((*scale.shape[:-1], scale.shape[-1] + 1))
+    shift_sum = np.zeros((*shift.shape[:-1], shift.shape[-1] + 1), dtype=np.int64)
+    if start is None:
+        coef[0, 0] = 1.0
+    else:
+        coef[..., 0] = start[2]
+        coef[0, 0] = coef[0, 0][..., :1]  # [z^0] of a factor is 1: the start's constant term throughout
+        scale_sum[..., 0], shift_sum[..., 0] = start[0], start[1]
+
+    def run(x: int, c: int, step: np.ndarray) -> None:  # coef[x, c] from its start by the increments
+        np.cumsum(step, axis=-1, out=coef[x, c][..., 1:])
+        coef[x, c][..., 1:] += coef[x, c][..., :1]
+
     for c in range(k):
         if c:
-            np.cumsum(rho * coef[0, c - 1][..., :-1], axis=-1, out=coef[0, c][..., 1:])
-            step = rho * coef[1, c - 1][..., :-1] + kap * coef[0, c][..., :-1]
-            np.cumsum(step, axis=-1, out=coef[1, c][..., 1:])
+            run(0, c, rho * coef[0, c - 1][..., :-1])
+        run(1, c, kap * coef[0, c][..., :-1] + (rho * coef[1, c - 1][..., :-1] if c else 0.0))
         if monomials == 4:  # η: a surely arrived marked token (σ), or a marked arrival ρ r z
             marked = sig * coef[0, c][..., :-1]
             both = sig * coef[1, c][..., :-1]
             if c:
                 marked = marked + rho * coef[2, c - 1][..., :-1] + rr * coef[0, c - 1][..., :-1]
                 both = both + rho * coef[3, c - 1][..., :-1] + rr * coef[1, c - 1][..., :-1]
-            np.cumsum(marked, axis=-1, out=coef[2, c][..., 1:])
-            np.cumsum(both + kap * coef[2, c][..., :-1], axis=-1, out=coef[3, c][..., 1:])
-    scale_sum = np.zeros((*scale.shape[:-1], scale.shape[-1] + 1))
+            run(2, c, marked)
+            run(3, c, both + kap * coef[2, c][..., :-1])
     np.cumsum(scale, axis=-1, out=scale_sum[..., 1:])
-    shift_sum = np.zeros((*shift.shape[:-1], shift.shape[-1] + 1), dtype=np.int64)
+    scale_sum[..., 1:] += scale_sum[..., :1]
     np.cumsum(shift, axis=-1, out=shift_sum[..., 1:])
+    shift_sum[..., 1:] += shift_sum[..., :1]
     if reverse:
         return scale_sum[..., ::-1], shift_sum[..., ::-1], coef[..., ::-1]
     return scale_sum, shift_sum, coef
@@ -309,17 +339,22 @@ def _u_grid(q: np.ndarray, k: int, h: float) -> np.ndarray:
     return s_min + h * np.arange(math.ceil((s_max - s_min) / h) + 1)
 
 
-def _t_rule(log_w: np.ndarray, h: float, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes t [T] and weights [T] for ∫_0^∞ dt of a level with weights exp(log_w) (max 1). One weight:
-    Gauss-Legendre in x = e^{−t} with ⌈k/2⌉ nodes, exact (the integrand is a polynomial of degree < k in
-    x); several: the trapezoid rule in log t."""
+def _t_rule(log_w: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t [T] and weights [T] for ∫_0^∞ dt of a level with weights exp(log_w) (max 1).
+
+    One weight: Gauss-Legendre in x = e^{−t} with ⌈k/2⌉ nodes, exact (the integrand is a polynomial of
+    degree < k in x). Several: the trapezoid rule of step :data:`T_STEP` in σ = log t from σ_0 = −20,
+    the nodes below σ_0 summed as f(0) h e^{σ_0} / (e^h − 1) (a node at t = 0; f(t) = f(0) + O(t) with
+    |f'| <= k f, so the remainder is below k e^{2σ_0} relative).
+    """
     if np.all(log_w == 0.0):
         x, w = np.polynomial.legendre.leggauss(max(1, (k + 1) // 2))
         x, w = (x + 1.0) / 2.0, w / 2.0
         return -np.log(x), w / x
-    low, high = math.log(_LEFT), math.log(_TAIL) - float(log_w.min())
-    t = np.exp(low + h * np.arange(math.ceil((high - low) / h) + 1))
-    return t, h * t
+    high = math.log(_TAIL) - float(log_w.min())
+    t = np.exp(_T_LOW + T_STEP * np.arange(math.ceil((high - _T_LOW) / T_STEP) + 1))
+    tail = T_STEP * math.exp(_T_LOW) / math.expm1(T_STEP)
+    return np.r_[0.0, t], np.r_[tail, T_STEP * t]
 
 
 @dataclass(frozen=True)
@@ -402,7 +437,7 @@ def _levels(pb: _Problem, only: np.ndarray | None) -> _Levels:
     rules = {}
     for i in np.flatnonzero(wanted & ~single):
         lw = np.concatenate([pb.log_weight[explicit[xa[i] : xb[i]]], gr.log_weight[ga[i] : gb[i]]])
-        rules[int(i)] = (*_t_rule(lw - lw.max(), pb.h, pb.k), lw.max())
+        rules[int(i)] = (*_t_rule(lw - lw.max(), pb.k), lw.max())
     return _Levels(explicit, higher, xa, xb, ga, gb, np.flatnonzero(wanted & single), rules)
 
 
@@ -444,11 +479,11 @@ class _Integrator:
         self.g_scale = -uu[:, None] * mass[None, :]  # [Ub, G + 1]
         if lv.singles.size:  # one explicit token alone at its level: no t
             y = lv.xa[lv.singles]
-            ctx = self._context(uu, lv.singles, y + 1)
-            val = -np.expm1(-self.xq[y][None, :] * uu[:, None]) * _top(ctx, k, self.target)
+            top = _top_product(*self._context(uu, lv.singles, y + 1), k, self.target)
+            val = -np.expm1(-self.xq[y][None, :] * uu[:, None]) * top
             self.result[lv.explicit[y]] += (val * (uu * pb.h)[:, None]).sum(0)
         for i in lv.rules:
-            ctx = self._context(uu, np.array([i]), np.array([lv.xb[i]]))
+            ctx = _multiply(*self._context(uu, np.array([i]), np.array([lv.xb[i]])), k)
             ctx = tuple(a[..., 0] for a in ctx)  # [.., Ub]
             t = lv.rules[i][0]
             inner = max(1, _BLOCK // (t.size * (lv.xb[i] - lv.xa[i] + lv.gb[i] - lv.ga[i] + 1)))
@@ -457,13 +492,13 @@ class _Integrator:
                 self._level(i, uu[sub], tuple(x[..., sub, None] for x in ctx), ub.start + a)
 
     def _context(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray):
-        """Tokens of the levels above (none arrived: e^{−u Q_H}(1 + Q_H ζ)) times those below (explicit
-        from position ``at`` on, and the groups after the level): polynomials [.., Ub, L]."""
+        """Tokens of the levels above (none arrived: e^{−u Q_H}(1 + Q_H ζ)) times the explicit ones below
+        (from position ``at`` on), and the groups after the level: two polynomials [.., Ub, L]."""
         pb, lv, k = self.pb, self.lv, self.pb.k
         hi = _higher(uu[:, None], lv.higher[levels][None, :], pb.monomials, k)
         lo_x = tuple(a[..., at] for a in self.lower)
         lo_g = _exp(self.g_scale[:, lv.gb[levels]], self.g_suffix[..., lv.gb[levels]], k)
-        return _multiply(_multiply(hi, lo_x, k), lo_g, k)
+        return _multiply(hi, lo_x, k), lo_g
 
     def _level(self, i: int, un: np.ndarray, ctx, u_first: int) -> None:
         """Level i at u-nodes un [Us] with its context [.., Us, 1]: explicit members' integrals, and the
@@ -479,18 +514,20 @@ class _Integrator:
             ctx = _multiply(ctx, _exp(-un[:, None] * pb.groups.mass[groups].sum(), logs, k), k)
         tw_x = t[:, None] * wx[None, :]  # [T, nx]
         xq, xr = self.xq[members], self.xr[members]
-        pre = _scan(xq, un[:, None, None], tw_x, xr, k, pb.monomials, reverse=False)
+        start = tuple(np.broadcast_to(x, x.shape[:-1] + (t.size,)) for x in ctx)  # [.., Us, T]
+        pre = _scan(xq, un[:, None, None], tw_x, xr, k, pb.monomials, reverse=False, start=start)
         measure = (un * pb.h)[:, None] * tw[None, :]  # du dt = u h · (t-weight)  [Us, T]
         if lv.xb[i] > lv.xa[i]:
             suf = _scan(xq, un[:, None, None], tw_x, xr, k, pb.monomials, reverse=True)
-            loo = _multiply(tuple(x[..., :-1] for x in pre), tuple(x[..., 1:] for x in suf), k)
             with np.errstate(divide="ignore"):
                 log_wa = np.log(wx) + np.log(-np.expm1(-xq * un[:, None, None])) - tw_x
-            full = _multiply(tuple(x[..., None] for x in ctx), loo, k)
-            val = np.exp(log_wa) * _top(full, k, self.target) * measure[..., None]
+            loo = _top_product(
+                tuple(x[..., :-1] for x in pre), tuple(x[..., 1:] for x in suf), k, self.target
+            )
+            val = np.exp(log_wa) * loo * measure[..., None]
             self.result[lv.explicit[members]] += val.sum((0, 1))
         if lv.gb[i] > lv.ga[i]:
-            phi = _multiply(ctx, tuple(x[..., -1] for x in pre), k)  # Φ [.., Us, T]
+            phi = tuple(x[..., -1] for x in pre)  # Φ: the product over every token [.., Us, T]
             nodes = slice(u_first, u_first + un.size)
             for which, monomial in ((0, self.target), (1, self.base)):
                 for m in range(k):

@@ -40,17 +40,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from mdsd.laws import WithoutReplacement
 from mdsd.otm.selection import optimal_selection_law
+from mdsd.sampling import inverse_cdf
 from mdsd.verifiers.luce import luce_law
+from mdsd.verifiers.ops import take
 
-__all__ = ["LuceRule", "luce_rule", "levels_of"]
+__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
 
-COARSE = 0.5  # trapezoid step of the law inside the solver (relative accuracy ~1e-7)
-TOLERANCE = 1e-6  # stop once Σ |F_θ − F*| over the levels with weights is below this (coarse law)
+COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
+TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the levels with weights is below this (coarse law)
 ITERATIONS = 40  # most MM / Anderson steps
-HISTORY = 5  # Anderson mixing depth
+HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
 SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
 TIGHT = 1e-12  # a prefix whose slack g − F* is at most this is a level boundary
 BINS = 2048  # rounded log-weights per level where it holds many light tokens
@@ -140,7 +143,7 @@ def luce_rule(
     with np.errstate(divide="ignore"):
         theta = np.where(free, np.log(wanted) - np.log(np.where(drafted, q, 1.0)), 0.0)
     theta = _normalise(theta, level, free)
-    distance, taken = 0.0, 0
+    distance, best, taken = np.inf, np.inf, 0
     xs: list = []
     rs: list = []
     for taken in range(1, iterations + 1):  # noqa: B007
@@ -148,10 +151,13 @@ def luce_rule(
         distance = float(np.abs(law - wanted)[free].sum())
         if distance <= tolerance:
             break
+        if distance > best:  # Anderson overshot: restart from a plain MM step
+            xs.clear()
+            rs.clear()
+        best = min(best, distance)
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.clip(np.nan_to_num(np.log(wanted[free]) - np.log(law[free]), nan=0.0), -SPREAD, SPREAD)
-        x = _anderson(theta[free], r, xs, rs, np.sqrt(wanted[free]))
-        theta[free] = x
+        theta[free] = _anderson(theta[free], r, xs, rs, np.sqrt(wanted[free]))
         theta = _normalise(theta, level, free)
     final = luce_law(q, level, theta, k, step=step)
     return LuceRule(level, theta, final.law, final.error, wanted, distance, taken)
@@ -163,3 +169,20 @@ def _normalise(theta: np.ndarray, level: np.ndarray, free: np.ndarray) -> np.nda
     np.maximum.at(top, level[free], theta[free])
     out = np.where(free, theta - top[level], 0.0)
     return np.clip(np.nan_to_num(out, nan=0.0, neginf=-SPREAD), -SPREAD, 0.0)
+
+
+def luce_select(
+    level: torch.Tensor, log_weight: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """The selected draft [*B]: among the drafts [*B, K] of the highest level (least ``level`` [*Bp, V]),
+    one with probability proportional to exp(``log_weight`` [*Bp, V]), by inversion of the uniform u [*B].
+
+    >>> level, lw = torch.tensor([0, 1, 0]), torch.log(torch.tensor([1.0, 5.0, 3.0], dtype=torch.float64))
+    >>> luce_select(level, lw, torch.tensor([[0, 1, 2]] * 2), torch.tensor([0.2, 0.3], dtype=torch.float64))
+    tensor([0, 2])
+    """
+    lev, lw = take(level, drafts), take(log_weight, drafts)  # [*B, K]
+    top = lev == lev.min(-1, keepdim=True).values
+    lw = torch.where(top, lw, -torch.inf)
+    w = torch.exp(lw - lw.max(-1, keepdim=True).values)
+    return drafts.gather(-1, inverse_cdf(w, u.unsqueeze(-1)))[..., 0]

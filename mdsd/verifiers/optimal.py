@@ -7,12 +7,18 @@
   draft tuples): the rule read off an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)),
   with F summed back from the rule, so the verifier is lossless whatever the solver's tolerance and
   optimal up to it.
-* drafts without replacement beyond that size: not exactly optimal. The drafts are turned into k i.i.d.
-  drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
-  of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
-  acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
-  :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and
-  refuses to guess it for k >= 5 (use :func:`mdsd.estimate_acceptance`).
+* drafts without replacement beyond that size (``wor_rule="luce"``, the default): a Luce rule with
+  priority levels (:mod:`mdsd.verifiers.luce_rule`): levels from the tight prefixes of the closed-form
+  optimal law F*, weights fitted to F* within each level; the law F used for verification is computed
+  for exactly those levels and weights (:mod:`mdsd.verifiers.luce`, L1 error below 1e-12), so the verifier
+  is lossless to that figure whatever the solver reached, and its acceptance (Σ min(F, p) plus residual
+  draws landing on drafts) is exact to it, α*_wor less the solver's shortfall.
+* ``wor_rule="fallback"``: the drafts are turned into k i.i.d. drafts (the i.i.d. stream whose first k
+  distinct tokens are the drafts: before each new draft, a repeat of an earlier one with probability
+  q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the acceptance is at least α*_iid(k)
+  (plus residual draws landing on unused drafts) and at most α*_wor(k); :meth:`OptimalVerifier.acceptance`
+  gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and refuses to guess it for k >= 5 (use
+  :func:`mdsd.estimate_acceptance`).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import torch
 
 from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
-from mdsd.validation import check_k
+from mdsd.validation import as_pair, check_k
 from mdsd.verifiers.base import CPU_SLAB, Rows, Verifier
 from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.luce import luce_hits
+from mdsd.verifiers.luce_rule import LuceRule, luce_rule, luce_select
 from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.twostep import selection_acceptance, two_step
 
@@ -88,6 +96,9 @@ class OptimalVerifier(Verifier):
         ``k`` drafts (exact on networks of at most ``flow_tuples`` tuples).
     flow_tuples : int
         Largest network (draft tuples) solved for an optimal flow (laws other than i.i.d.).
+    wor_rule : str
+        Drafts without replacement beyond ``flow_tuples``: ``"luce"`` (default, the Luce rule with levels)
+        or ``"fallback"`` (the i.i.d. stream; see the module docstring).
 
     >>> from mdsd.verifiers import verifier
     >>> verifier("optimal", 2).acceptance([1.0, 0.0], [0.5, 0.5])
@@ -97,10 +108,16 @@ class OptimalVerifier(Verifier):
     name = "optimal"
     sync_free = False  # layouts are built a block of rows at a time, flows solved on the host
 
-    def __init__(self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES) -> None:
+    def __init__(
+        self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES, wor_rule: str = "luce"
+    ) -> None:
         self._law_spec = law
         self.flow_tuples = check_k(flow_tuples, "flow_tuples", minimum=0)
+        if wor_rule not in ("luce", "fallback"):
+            raise ValueError(f"wor_rule must be 'luce' or 'fallback'; got {wor_rule!r}")
+        self.wor_rule = wor_rule
         self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
+        self._luce_cache: tuple[bytes, LuceRule] | None = None
         super().__init__(k)
 
     def __repr__(self) -> str:
@@ -119,8 +136,28 @@ class OptimalVerifier(Verifier):
 
     def _uniform_columns(self) -> int:
         # i.i.d.: one depth per draft (+ the accept/residual uniform); the without-replacement fallback
-        # also decides k − 1 repeats and picks each repeat
-        return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
+        # also decides k − 1 repeats and picks each repeat; the Luce rule uses one column
+        return 3 * self.k - 2 if self._fallback() else self.k
+
+    def _fallback(self) -> bool:
+        return isinstance(self.law, WithoutReplacement) and self.wor_rule == "fallback"
+
+    def luce(self, p: object, q: object) -> LuceRule:
+        """The Luce rule this verifier uses for the pair p, q [n] (drafts without replacement).
+
+        >>> rule = OptimalVerifier(2, law="wor").luce([0.0, 0.5, 0.5], [0.6, 0.2, 0.2])
+        >>> rule.level.tolist()  # token 0 (p = 0) below the others: never selected beside them
+        [1, 0, 0]
+        """
+        pa, qa = as_pair(p, q)
+        return self._luce(pa / pa.sum(), qa / qa.sum())
+
+    def _luce(self, p: np.ndarray, q: np.ndarray) -> LuceRule:
+        """The Luce rule of one pair (normalised float64 vectors), solved once per pair."""
+        key = p.tobytes() + q.tobytes()
+        if self._luce_cache is None or self._luce_cache[0] != key:
+            self._luce_cache = (key, luce_rule(p, q, self.k))
+        return self._luce_cache[1]
 
     def _small(self, q: np.ndarray, limit: int | None = None) -> bool:
         return _tuple_count(q, self.law) <= (self.flow_tuples if limit is None else limit)
@@ -129,8 +166,10 @@ class OptimalVerifier(Verifier):
 
     def exact_obstacle(self, q, limit=None):
         """None where :meth:`acceptance` is exact: i.i.d. drafts, a flow of at most ``limit`` (default
-        ``flow_tuples``) draft tuples, or the without-replacement fallback with k <= 4."""
+        ``flow_tuples``) draft tuples, the Luce rule, or the without-replacement fallback with k <= 4."""
         if isinstance(self.law, IID) or (isinstance(self.law, WithoutReplacement) and self.k <= 4):
+            return None
+        if isinstance(self.law, WithoutReplacement) and not self._fallback():
             return None
         rows = np.asarray(q, dtype=np.float64).reshape(-1, np.shape(q)[-1])
         if all(self._small(row / row.sum(), limit) for row in rows):
@@ -151,6 +190,8 @@ class OptimalVerifier(Verifier):
             return float(np.minimum(law, p).sum())
         if self._small(q):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
+        if isinstance(self.law, WithoutReplacement) and not self._fallback():
+            return self._luce_acceptance(p, q)
         if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
         raise ValueError(self.exact_obstacle(q))
@@ -179,8 +220,10 @@ class OptimalVerifier(Verifier):
         rows_q = q.reshape(-1, q.shape[-1]).double().cpu().numpy()
         if all(self._small(row / row.sum()) for row in rows_q):
             return self._verify_flow(p, q, drafts, u, rows_p, rows_q)
-        if isinstance(self.law, WithoutReplacement):
+        if self._fallback():
             return self._verify_wor_fallback(p, q, drafts, u)
+        if isinstance(self.law, WithoutReplacement):
+            return self._verify_luce(p, drafts, u, rows_p, rows_q)
         raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
 
     def _verify_iid(self, p, q, drafts, u_depth, u_emit) -> torch.Tensor:
@@ -279,3 +322,29 @@ class OptimalVerifier(Verifier):
             used = used + (~again).long()
         draws = torch.stack(iid, dim=-1)
         return self._verify_iid(p, q, draws, u.accept[..., 2 * k - 2 :], u.residual)
+
+    def _luce_acceptance(self, p: np.ndarray, q: np.ndarray) -> float:
+        """Σ min(F, p) plus the residual draws (norm((p − F)+)) landing on another draft after a rejection."""
+        p, q = p / p.sum(), q / q.sum()  # as the kernel sees them
+        rule = self._luce(p, q)
+        law = rule.law
+        excess = np.maximum(law - p, 0.0)
+        reject = np.divide(excess, law, out=np.zeros_like(law), where=excess > 0)
+        gain = np.maximum(p - law, 0.0)
+        accepted = float(np.minimum(law, p).sum())
+        if gain.sum() == 0 or not reject.any():
+            return accepted
+        return accepted + luce_hits(q, rule.level, rule.log_weight, self.k, reject, gain / gain.sum())
+
+    def _verify_luce(self, p, drafts, u: Uniforms, rows_p, rows_q) -> torch.Tensor:
+        """Select with the rows' Luce rules (solved on the host), then accept against their laws F."""
+        rules = [self._luce(a / a.sum(), b / b.sum()) for a, b in zip(rows_p, rows_q, strict=True)]
+        shape = p.shape
+
+        def stack(name: str, dtype: torch.dtype) -> torch.Tensor:
+            arrays = np.stack([getattr(rule, name) for rule in rules])
+            return torch.as_tensor(arrays, dtype=dtype, device=p.device).reshape(shape)
+
+        level, log_weight = stack("level", torch.long), stack("log_weight", torch.float64)
+        selected = luce_select(level, log_weight, drafts, u.accept[..., 0])
+        return two_step(p, stack("law", torch.float64), selected, u.residual)
