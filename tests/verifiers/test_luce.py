@@ -193,7 +193,11 @@ def test_verifier_kernel_matches_a_slow_loop():
                 z = order[draw_index(np.array([pick[z] for z in order]), float(u.accept[b, row, 0]))]
                 a = min(1.0, float(p[row, z]) / rule.law[z])
                 ur = float(u.residual[b, row])
-                want = z if ur < a else draw_index(np.maximum(p[row].numpy() - rule.law, 0.0), (ur - a) / (1 - a))
+                want = (
+                    z
+                    if ur < a
+                    else draw_index(np.maximum(p[row].numpy() - rule.law, 0.0), (ur - a) / (1 - a))
+                )
                 assert int(tokens[b, row]) == want
 
 
