@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LuceLaw", "luce_law", "luce_hits", "quadrature_error", "default_step", "GROUP"]
+__all__ = ["LuceLaw", "luce_law", "luce_hits", "quadrature_error", "default_step", "light_tokens", "GROUP"]
 
 TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) below this
 _STEPS = (0.25, 0.2, 0.18, 0.16, 0.14, 0.125, 0.1, 0.08, 0.0625)  # steps tried by default_step, largest first
@@ -188,13 +188,15 @@ def _top_product(a, b, k: int, monomial: int) -> np.ndarray:
         return np.where(need >= 0, np.exp(scale) * out, 0.0)
 
 
-def _higher(u: np.ndarray, mass: np.ndarray, monomials: int, k: int):
-    """The tokens of the levels above, of total q ``mass``, none arrived by u: e^{−u Q} (1 + Q ζ)."""
-    shape = np.broadcast_shapes(u.shape, mass.shape)
-    coef = np.zeros((monomials, k, *shape))
-    coef[0, 0] = 1.0
-    coef[1, 0] = mass
-    return -u * mass, np.zeros(shape, dtype=np.int64), coef
+def _above(poly, exponent: np.ndarray, mass: np.ndarray):
+    """``poly`` times the tokens of the levels above, of total q ``mass``, none arrived by u:
+    e^{−u Q} (1 + Q ζ), ``exponent`` = u Q (only the ζ-free monomials gain a ζ term)."""
+    scale, shift, coef = poly
+    coef = coef.copy()
+    coef[1] += mass * coef[0]
+    if coef.shape[0] == 4:
+        coef[3] += mass * coef[2]
+    return scale - exponent, shift, coef
 
 
 def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, reverse: bool, start=None):
@@ -271,9 +273,11 @@ class _Groups:
     marked: np.ndarray | None  # [G, terms]
 
 
-def _group_log(groups: _Groups, which: slice, u: np.ndarray, damp, gamma: np.ndarray, k: int, monomials: int):
-    """Coefficients of log Π_{i ∈ g} (1 + ρ_i z + q_i ζ + ρ_i r_i z η) per group at nodes u [U]:
-    [M, k, U, (T,) G], with ρ = (e^{qu} − 1) e^{−tw} (damp [k, (1, T,) G] = e^{−r t w}, or 1).
+def _group_log(
+    groups: _Groups, which: slice, u: np.ndarray, gamma: np.ndarray, k: int, monomials: int, damp=None
+):
+    """Coefficients of log Π_{i ∈ g} (1 + ρ_i z + q_i ζ + ρ_i r_i z η) at nodes u [U]: per group [M, k, U, G]
+    with ρ = e^{qu} − 1, or, given damp [k, T, G] = e^{−r t w_g}, summed over the groups [M, k, U, T].
 
     log(1 + ρz) = Σ_r (−1)^{r+1} Σρ^r z^r / r; ζ part q / (1 + ρz); η part ρ r z / (1 + ρ z); ζη part
     −q ρ r z / (1 + ρz)². Sums of (e^{qu} − 1)^r are Σ_n γ[r, n] u^n Σ q^n (Stirling series).
@@ -288,8 +292,8 @@ def _group_log(groups: _Groups, which: slice, u: np.ndarray, damp, gamma: np.nda
         shifted = np.concatenate([marked[:, 1:], np.zeros((x.shape[1], 1))], axis=1)
         sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, marked))  # Σ r ρ^r
         sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, shifted) * groups.scale[which])
-    if damp is not None:
-        sums = [s[:, :, None, :] * damp for s in sums]
+    if damp is not None:  # Σ_g e^{−r t w_g} (...)_g: one matrix product per order r
+        sums = [np.einsum("rug,rtg->rut", s, damp) for s in sums]
     r = np.arange(k).reshape((k,) + (1,) * (sums[0].ndim - 1))
     alt = np.where(r % 2 == 1, 1.0, -1.0)  # (−1)^{r+1}
     out = np.zeros((monomials, *sums[0].shape))
@@ -339,6 +343,17 @@ def _u_grid(q: np.ndarray, k: int, h: float) -> np.ndarray:
     return s_min + h * np.arange(math.ceil((s_max - s_min) / h) + 1)
 
 
+def light_tokens(q: np.ndarray, k: int) -> np.ndarray:
+    """Tokens [n] bool whose q u stays below 1/2 on the u-grid of k drafts from q: the tokens that
+    :func:`luce_law` sums as groups when they share a level and a weight (with :data:`GROUP` or more).
+
+    >>> light_tokens(np.array([0.5, 0.3, 0.2 - 1e-4, 1e-4]), 2).tolist()  # u reaches 50 / 0.2 = 250
+    [False, False, False, True]
+    """
+    s = _u_grid(q[q > 0], k, default_step(k))
+    return (q > 0) & (q * math.exp(s[-1]) <= _LIGHT)
+
+
 def _t_rule(log_w: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Nodes t [T] and weights [T] for ∫_0^∞ dt of a level with weights exp(log_w) (max 1).
 
@@ -377,32 +392,27 @@ class _Problem:
 
 
 def _problem(q, level, log_weight, k, h, group, marks) -> _Problem:
+    """Sort the support by (level, weight, q descending) and split it into explicit tokens and groups."""
     support = np.flatnonzero(q > 0)
-    qs = q[support]
-    s = _u_grid(qs, k, h)
-    order = np.lexsort((-qs, level[support]))
-    tokens = support[order]
+    s = _u_grid(q[support], k, h)
+    tokens = support[np.lexsort((-q[support], log_weight[support], level[support]))]
     qs, lev, lw = q[tokens], level[tokens], log_weight[tokens]
     r = np.zeros(qs.size) if marks is None else marks[tokens]
     light = qs * math.exp(s[-1]) <= _LIGHT
-    keys, inverse = np.unique(np.stack([lev.astype(np.float64), lw]), axis=1, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    grouped = light & (np.bincount(inverse[light], minlength=keys.shape[1])[inverse] >= group)
-    ids, g = np.unique(inverse[grouped], return_inverse=True)
+    run = np.cumsum(np.r_[True, (np.diff(lev) != 0) | (np.diff(lw) != 0)]) - 1  # one (level, weight)
+    grouped = light & (np.bincount(run[light], minlength=run[-1] + 1)[run] >= group)
     gid = np.full(qs.size, -1)
-    gid[grouped] = g.reshape(-1)
-    scale = np.zeros(ids.size)
-    np.maximum.at(scale, gid[grouped], qs[grouped])
-    mass = np.zeros(ids.size)
-    np.add.at(mass, gid[grouped], qs[grouped])
-    powers = (qs[grouped] / scale[gid[grouped]])[:, None] ** np.arange(_TERMS)
-    power = np.zeros((ids.size, _TERMS))
-    np.add.at(power, gid[grouped], powers)
+    _, gid[grouped] = np.unique(run[grouped], return_inverse=True)
+    starts = np.flatnonzero(np.r_[True, np.diff(gid[grouped]) != 0]) if grouped.any() else np.zeros(0, int)
+    member_q = qs[grouped]
+    scale = member_q[starts] if starts.size else np.zeros(0)  # the first member has the largest q
+    powers = (member_q / scale[gid[grouped]])[:, None] ** np.arange(_TERMS)
+    power = np.add.reduceat(powers, starts, axis=0) if starts.size else np.zeros((0, _TERMS))
+    mass = np.add.reduceat(member_q, starts) if starts.size else np.zeros(0)
     marked = None
     if marks is not None:
-        marked = np.zeros((ids.size, _TERMS))
-        np.add.at(marked, gid[grouped], r[grouped, None] * powers)
-    groups = _Groups(keys[0, ids].astype(lev.dtype), keys[1, ids], scale, mass, power, marked)
+        marked = np.add.reduceat(r[grouped, None] * powers, starts, axis=0) if starts.size else power
+    groups = _Groups(lev[grouped][starts], lw[grouped][starts], scale, mass, power, marked)
     monomials = 2 if marks is None else 4
     return _Problem(
         k, np.exp(s), h, monomials, tokens, grouped, gid, lev, qs, lw, r, groups, _stirling_series(k, _TERMS)
@@ -472,18 +482,18 @@ class _Integrator:
         pb, lv, k = self.pb, self.lv, self.pb.k
         uu = pb.u[ub]
         self.lower = _scan(self.xq, uu[:, None], 0.0, self.xr, k, pb.monomials, reverse=True)
-        g_log = _group_log(pb.groups, slice(None), uu, None, pb.gamma, k, pb.monomials)  # [M, k, Ub, G]
+        g_log = _group_log(pb.groups, slice(None), uu, pb.gamma, k, pb.monomials)  # [M, k, Ub, G]
         tail = np.zeros(g_log.shape[:-1] + (1,))
         self.g_suffix = np.concatenate([np.cumsum(g_log[..., ::-1], axis=-1)[..., ::-1], tail], axis=-1)
         mass = np.concatenate([np.cumsum(pb.groups.mass[::-1])[::-1], [0.0]])
         self.g_scale = -uu[:, None] * mass[None, :]  # [Ub, G + 1]
         if lv.singles.size:  # one explicit token alone at its level: no t
             y = lv.xa[lv.singles]
-            top = _top_product(*self._context(uu, lv.singles, y + 1), k, self.target)
+            top = self._context_top(uu, lv.singles, y + 1)
             val = -np.expm1(-self.xq[y][None, :] * uu[:, None]) * top
             self.result[lv.explicit[y]] += (val * (uu * pb.h)[:, None]).sum(0)
         for i in lv.rules:
-            ctx = _multiply(*self._context(uu, np.array([i]), np.array([lv.xb[i]])), k)
+            ctx = self._context(uu, np.array([i]), np.array([lv.xb[i]]))
             ctx = tuple(a[..., 0] for a in ctx)  # [.., Ub]
             t = lv.rules[i][0]
             inner = max(1, _BLOCK // (t.size * (lv.xb[i] - lv.xa[i] + lv.gb[i] - lv.ga[i] + 1)))
@@ -491,14 +501,31 @@ class _Integrator:
                 sub = slice(a, min(a + inner, uu.size))
                 self._level(i, uu[sub], tuple(x[..., sub, None] for x in ctx), ub.start + a)
 
-    def _context(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray):
-        """Tokens of the levels above (none arrived: e^{−u Q_H}(1 + Q_H ζ)) times the explicit ones below
-        (from position ``at`` on), and the groups after the level: two polynomials [.., Ub, L]."""
-        pb, lv, k = self.pb, self.lv, self.pb.k
-        hi = _higher(uu[:, None], lv.higher[levels][None, :], pb.monomials, k)
+    def _below(self, levels: np.ndarray, at: np.ndarray):
+        """The tokens below the levels: the explicit ones from position ``at`` on, times the groups after
+        the level (None where there are none, for every level): polynomials [.., Ub, L]."""
         lo_x = tuple(a[..., at] for a in self.lower)
-        lo_g = _exp(self.g_scale[:, lv.gb[levels]], self.g_suffix[..., lv.gb[levels]], k)
-        return _multiply(hi, lo_x, k), lo_g
+        gb = self.lv.gb[levels]
+        if np.all(gb == self.pb.groups.scale.size):
+            return lo_x, None
+        ids, inverse = np.unique(gb, return_inverse=True)  # many levels share the groups below them
+        lo_g = _exp(self.g_scale[:, ids], self.g_suffix[..., ids], self.pb.k)
+        return lo_x, tuple(a[..., inverse] for a in lo_g)
+
+    def _context(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray):
+        """Tokens of the levels above (none arrived: e^{−u Q_H}(1 + Q_H ζ)) times those below (from
+        explicit position ``at`` on): a polynomial [.., Ub, L]."""
+        lo_x, lo_g = self._below(levels, at)
+        poly = _above(lo_x, uu[:, None] * self.lv.higher[levels][None, :], self.lv.higher[levels][None, :])
+        return poly if lo_g is None else _multiply(poly, lo_g, self.pb.k)
+
+    def _context_top(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """[z^{k−1} μ] of :meth:`_context` without forming it: [Ub, L]."""
+        lo_x, lo_g = self._below(levels, at)
+        poly = _above(lo_x, uu[:, None] * self.lv.higher[levels][None, :], self.lv.higher[levels][None, :])
+        if lo_g is None:
+            return _top(poly, self.pb.k, self.target)
+        return _top_product(poly, lo_g, self.pb.k, self.target)
 
     def _level(self, i: int, un: np.ndarray, ctx, u_first: int) -> None:
         """Level i at u-nodes un [Us] with its context [.., Us, 1]: explicit members' integrals, and the
@@ -509,8 +536,8 @@ class _Integrator:
         wx = np.exp(self.xlw[members] - top_w)
         wg = np.exp(pb.groups.log_weight[groups] - top_w)
         if lv.gb[i] > lv.ga[i]:
-            damp = np.exp(-np.arange(k)[:, None, None, None] * (t[:, None] * wg[None, :])[None, None])
-            logs = _group_log(pb.groups, groups, un, damp, pb.gamma, k, pb.monomials).sum(-1)
+            damp = np.exp(-np.arange(k)[:, None, None] * (t[:, None] * wg[None, :])[None])  # [k, T, G]
+            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, damp)  # [M, k, Us, T]
             ctx = _multiply(ctx, _exp(-un[:, None] * pb.groups.mass[groups].sum(), logs, k), k)
         tw_x = t[:, None] * wx[None, :]  # [T, nx]
         xq, xr = self.xq[members], self.xr[members]
@@ -531,9 +558,9 @@ class _Integrator:
             nodes = slice(u_first, u_first + un.size)
             for which, monomial in ((0, self.target), (1, self.base)):
                 for m in range(k):
-                    v = _top((phi[0], phi[1] + m, phi[2]), k, monomial)  # Φ_{k−1−m}
-                    kern = wg * np.exp(-(m + 1) * t[:, None] * wg[None, :]) * v[..., None]
-                    self.psi[i][which, :, m, nodes] = np.einsum("utg,t->gu", kern, tw)
+                    v = _top((phi[0], phi[1] + m, phi[2]), k, monomial)  # Φ_{k−1−m} [Us, T]
+                    kern = (tw[:, None] * wg[None, :]) * np.exp(-(m + 1) * t[:, None] * wg[None, :])  # [T, G]
+                    self.psi[i][which, :, m, nodes] = (v @ kern).T
 
     def _group_values(self, i: int) -> None:
         """Members of level i's groups: w Σ_m (−1)^m ρ^{m+1} (Φ^μ − (m+1) q Φ^{μ∖ζ})_{k−1−m}, as a power

@@ -26,10 +26,10 @@ some weights apart; log-weights are kept within a level's range (:data:`SPREAD`)
 approached. Whatever the weights reached, the law used for verification is computed afresh at the fine
 step for exactly those weights, so an unconverged solve costs acceptance, never correctness.
 
-**Many light tokens.** Where a level holds more than :data:`BINS`·4 tokens light enough to be summed in
-groups, their log-weights are rounded to a grid of :data:`BINS` values over the level's range, so that
-:func:`~mdsd.verifiers.luce.luce_law` sums each rounded value as one group; the solver then fits the
-groups' total targets.
+**Many light tokens.** Where a level holds more than :data:`MANY` tokens light enough to be summed in
+groups by :func:`~mdsd.verifiers.luce.luce_law`, they share weights by bins of log(F*/q) (for a light
+token F ≈ q ψ(w), ψ increasing, so tokens of one ratio want one weight), and the solver fits each bin's
+total target; the bins' width trades acceptance (about width/8 of their target mass) for nodes.
 
 Luce (1959); Hunter, "MM algorithms for generalized Bradley-Terry models", Ann. Statist. 2004; Walker &
 Ni, "Anderson acceleration for fixed-point iterations", SIAM J. Numer. Anal. 2011.
@@ -45,7 +45,7 @@ import torch
 from mdsd.laws import WithoutReplacement
 from mdsd.otm.selection import optimal_selection_law
 from mdsd.sampling import inverse_cdf
-from mdsd.verifiers.luce import luce_law
+from mdsd.verifiers.luce import light_tokens, luce_law
 from mdsd.verifiers.ops import take
 
 __all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
@@ -56,7 +56,9 @@ ITERATIONS = 40  # most MM / Anderson steps
 HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
 SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
 TIGHT = 1e-12  # a prefix whose slack g − F* is at most this is a level boundary
-BINS = 2048  # rounded log-weights per level where it holds many light tokens
+MANY = 2048  # a level with more light free tokens than this bins them (see _units)
+BIN_LOSS = 2e-5  # acceptance a level's bins may cost (sets their width)
+WIDTHS = (0.02, 1.0)  # least and largest bin width in log(F*/q)
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class LuceRule:
     target : ndarray [n]
         The optimal F* the weights were fitted to.
     distance : float
-        Σ |F_θ − F*| at the last solver step (coarse law).
+        Σ |F_θ − F*| over the solver's units (tokens, or bins of light tokens) at its last step (coarse law).
     iterations : int
         Solver steps taken.
     """
@@ -116,6 +118,37 @@ def _anderson(x: np.ndarray, r: np.ndarray, xs: list, rs: list, scale: np.ndarra
     return x + r - (dx + dr) @ gamma
 
 
+def _units(q: np.ndarray, target: np.ndarray, level: np.ndarray, free: np.ndarray, k: int) -> np.ndarray:
+    """The solver's unknowns: unit [n] (−1: not free). A free token is its own unit, except the light
+    tokens of a level holding more than :data:`MANY` of them: those share a unit per bin of log(F*/q)
+    (the weight a light token needs is a function of F*/q), of width δ = 8 · :data:`BIN_LOSS` / p(bin
+    tokens) within [:data:`WIDTHS`] (a bin's tokens then miss their F* by about δ/2, costing about δ/8 of
+    their mass in acceptance). Tokens with F* = 0 share a bin of their own."""
+    unit = np.full(q.size, -1)
+    light = light_tokens(q, k)
+    binned = np.zeros(q.size, dtype=bool)
+    count = 0
+    for lev in np.unique(level[free]):
+        mine = free & (level == lev)
+        many = mine & light
+        if np.count_nonzero(many) <= MANY:
+            continue
+        with np.errstate(divide="ignore"):
+            ratio = np.log(target[many]) - np.log(q[many])
+        width = float(np.clip(8.0 * BIN_LOSS / max(target[many].sum(), 1e-300), *WIDTHS))
+        finite = np.isfinite(ratio)
+        key = np.where(finite, np.floor((ratio - ratio[finite].min(initial=0.0)) / width), -1).astype(
+            np.int64
+        )
+        _, ids = np.unique(key, return_inverse=True)
+        unit[many] = count + ids.reshape(-1)
+        count += int(ids.max()) + 1
+        binned |= many
+    alone = free & ~binned
+    unit[alone] = count + np.arange(np.count_nonzero(alone))
+    return unit
+
+
 def luce_rule(
     p: np.ndarray,
     q: np.ndarray,
@@ -126,7 +159,7 @@ def luce_rule(
 ) -> LuceRule:
     """Levels and weights whose Luce law approaches the optimal F* for k drafts without replacement.
 
-    p, q [n] float64 distributions (q with more than k positive entries); ``iterations`` caps the solver
+    p, q [n] float64 distributions (q with at least k positive entries); ``iterations`` caps the solver
     (0: the starting weights F*/q); ``step`` is the fine step of the final law (default: the quadrature's
     :func:`~mdsd.verifiers.luce.default_step`).
 
@@ -140,15 +173,28 @@ def luce_rule(
     counts = np.bincount(level[drafted], minlength=level.max() + 1)
     free = drafted & (counts[level] > 1)  # tokens whose weight matters
     wanted = target.law
+    unit = _units(q, wanted, level, free, k)
+    units = int(unit.max()) + 1
+    unit_want = np.bincount(unit[free], weights=wanted[free], minlength=units)
+    unit_q = np.bincount(unit[free], weights=q[free], minlength=units)
     with np.errstate(divide="ignore"):
-        theta = np.where(free, np.log(wanted) - np.log(np.where(drafted, q, 1.0)), 0.0)
-    theta = _normalise(theta, level, free)
+        x = np.log(unit_want) - np.log(unit_q)
+    unit_level = np.zeros(units, dtype=np.int64)
+    unit_level[unit[free]] = level[free]
+    x = _normalise(x, unit_level)
+    solved = np.unique(level[free])
+    merged = _merge(level, solved)  # for the solver: the levels in between as one level each
+    only = np.unique(merged[free])
     distance, best, taken = np.inf, np.inf, 0
     xs: list = []
     rs: list = []
+    scale = np.sqrt(unit_want)
+    theta = np.zeros(q.size)
     for taken in range(1, iterations + 1):  # noqa: B007
-        law = luce_law(q, level, theta, k, step=COARSE).law
-        distance = float(np.abs(law - wanted)[free].sum())
+        theta[free] = x[unit[free]]
+        law = luce_law(q, merged, theta, k, step=COARSE, only=only).law
+        unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
+        distance = float(np.abs(unit_law - unit_want).sum())
         if distance <= tolerance:
             break
         if distance > best:  # Anderson overshot: restart from a plain MM step
@@ -156,18 +202,35 @@ def luce_rule(
             rs.clear()
         best = min(best, distance)
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.clip(np.nan_to_num(np.log(wanted[free]) - np.log(law[free]), nan=0.0), -SPREAD, SPREAD)
-        theta[free] = _anderson(theta[free], r, xs, rs, np.sqrt(wanted[free]))
-        theta = _normalise(theta, level, free)
+            r = np.clip(np.nan_to_num(np.log(unit_want) - np.log(unit_law), nan=0.0), -SPREAD, SPREAD)
+        x = _normalise(_anderson(x, r, xs, rs, scale), unit_level)
+    theta[free] = x[unit[free]]
     final = luce_law(q, level, theta, k, step=step)
     return LuceRule(level, theta, final.law, final.error, wanted, distance, taken)
 
 
-def _normalise(theta: np.ndarray, level: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """Shift each level's log-weights to max 0 and clip them to [−SPREAD, 0]; 0 where not free."""
+def _merge(level: np.ndarray, solved: np.ndarray) -> np.ndarray:
+    """Levels [n] with every run of levels between two ``solved`` ones merged into one. A level's law
+    depends only on which tokens lie above and below it, not on their levels or weights; merged, the
+    light ones among them form groups (one weight) and the solver's law skips their token-by-token work.
+
+    >>> _merge(np.array([0, 1, 2, 3, 4, 4]), np.array([2])).tolist()
+    [0, 0, 1, 2, 2, 2]
+    """
+    values = np.unique(level)
+    kept = np.isin(values, solved)
+    new = np.cumsum(kept | np.r_[True, kept[:-1]]) - 1  # a new id at each solved level and after it
+    return new[np.searchsorted(values, level)]
+
+
+def _normalise(x: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Shift each level's log-weights x [U] (units of levels ``level`` [U]) to max 0, clipped to
+    [−SPREAD, 0] (−inf: a unit whose target is 0)."""
+    if x.size == 0:
+        return x
     top = np.full(level.max() + 1, -np.inf)
-    np.maximum.at(top, level[free], theta[free])
-    out = np.where(free, theta - top[level], 0.0)
+    np.maximum.at(top, level, np.where(np.isfinite(x), x, -np.inf))
+    out = x - np.where(np.isfinite(top[level]), top[level], 0.0)
     return np.clip(np.nan_to_num(out, nan=0.0, neginf=-SPREAD), -SPREAD, 0.0)
 
 
