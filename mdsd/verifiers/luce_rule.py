@@ -51,14 +51,15 @@ from mdsd.verifiers.ops import take
 __all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
 
 COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
-TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the levels with weights is below this (coarse law)
+TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the solver's units is below this (coarse law)
+STALL = 6  # ... or once it has not halved in this many steps (the coarse law's rounding floor)
 ITERATIONS = 40  # most MM / Anderson steps
 HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
 SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
 TIGHT = 1e-12  # a prefix whose slack g − F* is at most this is a level boundary
 MANY = 2048  # a level with more light free tokens than this bins them (see _units)
 BIN_LOSS = 2e-5  # acceptance a level's bins may cost (sets their width)
-WIDTHS = (0.02, 1.0)  # least and largest bin width in log(F*/q)
+WIDTHS = (0.005, 1.0)  # least and largest bin width in log(F*/q)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ def luce_rule(
     merged = _merge(level, solved)  # for the solver: the levels in between as one level each
     only = np.unique(merged[free])
     distance, best, taken = np.inf, np.inf, 0
+    history: list[float] = []
     xs: list = []
     rs: list = []
     scale = np.sqrt(unit_want)
@@ -195,7 +197,10 @@ def luce_rule(
         law = luce_law(q, merged, theta, k, step=COARSE, only=only).law
         unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
         distance = float(np.abs(unit_law - unit_want).sum())
-        if distance <= tolerance:
+        history.append(distance)
+        if distance <= tolerance or (
+            len(history) > STALL and min(history[-STALL:]) > history[-STALL - 1] / 2
+        ):
             break
         if distance > best:  # Anderson overshot: restart from a plain MM step
             xs.clear()

@@ -1,20 +1,23 @@
 """The Luce rule with levels for drafts without replacement: its law and residual hits against exact
 enumeration of every draft tuple (n <= 7, k = 2..4, weights 1e-15..1e15, light tokens in groups); the
 weight solver against the LP optimum; the verifier's output law = p and acceptance by enumeration on
-adversarial pairs; its kernel against a slow loop under the same uniforms."""
+adversarial pairs; its kernel against a slow loop under the same uniforms; a seeded G-test of the sampler
+at V = 151,936 that a broken variant fails."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from test_verifier_statistics import ALPHA, g_test
 from verifier_cases import adversarial_pair
 
 import mdsd
 from mdsd.verifiers.luce import default_step, luce_hits, luce_law, quadrature_error
-from mdsd.verifiers.luce_rule import levels_of, luce_rule, luce_select
+from mdsd.verifiers.luce_rule import levels_of, luce_select
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.reference import draw_index
+from mdsd.verifiers.twostep import two_step
 
 
 def shares(x, level, w):
@@ -206,3 +209,34 @@ def test_wor_rule_argument():
     assert OptimalVerifier(3, law="wor")._uniform_columns() == 3
     with pytest.raises(ValueError, match="wor_rule"):
         OptimalVerifier(2, law="wor", wor_rule="flow")
+
+
+class FirstDraftLuce(OptimalVerifier):
+    """Deliberately wrong: selects the first draft (law q) but accepts against the Luce law F."""
+
+    def _verify_luce(self, p, drafts, u, rows_p, rows_q):
+        rules = [self._luce(a / a.sum(), b / b.sum()) for a, b in zip(rows_p, rows_q, strict=True)]
+        law = torch.as_tensor(np.stack([rule.law for rule in rules])).reshape(p.shape)
+        return two_step(p, law, drafts[..., 0], u.residual)
+
+
+def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails():
+    """V = 151,936, k = 3, 2·10^5 draws: G-test of the emitted tokens against p at α = 10^-3 (bins with
+    expected count < 5 pooled) and the acceptance within 4 standard errors of the exact value, which lies
+    within 1e-3 of α*_wor (this synthetic q spreads half its mass over light tokens, whose weights the
+    rule shares by bins; real pairs put far less there); seeded, so deterministic."""
+    gen = torch.Generator().manual_seed(1)
+    n = 151_936
+    logits = 3 * torch.randn(n, generator=gen, dtype=torch.float64)
+    p = torch.softmax(logits, 0)
+    q = torch.softmax(logits + torch.randn(n, generator=gen, dtype=torch.float64), 0)
+    v = mdsd.verifier("optimal", 3, law="wor")
+    tokens, index = v.simulate(p, q, 200_000, seed=2)
+    alpha = v.acceptance(p, q)
+    best = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(3))
+    assert best - 1e-3 <= alpha <= best + 1e-9
+    rate = float((index >= 0).double().mean())
+    assert g_test(tokens, p.numpy()) > ALPHA
+    assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 200_000), (rate, alpha)
+    broken, _ = FirstDraftLuce(3, law="wor").simulate(p, q, 200_000, seed=2)
+    assert g_test(broken, p.numpy()) < ALPHA
