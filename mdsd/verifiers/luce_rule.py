@@ -52,7 +52,7 @@ __all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
 
 COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
 TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the solver's units is below this (coarse law)
-STALL = 6  # ... or once it has not halved in this many steps (the coarse law's rounding floor)
+STALL = 8  # ... or once this many steps have not lowered it (the coarse law's rounding floor)
 ITERATIONS = 40  # most MM / Anderson steps
 HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
 SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
@@ -198,11 +198,9 @@ def luce_rule(
         unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
         distance = float(np.abs(unit_law - unit_want).sum())
         history.append(distance)
-        if distance <= tolerance or (
-            len(history) > STALL and min(history[-STALL:]) > history[-STALL - 1] / 2
-        ):
+        if distance <= tolerance or (len(history) > STALL and min(history[-STALL:]) >= min(history[:-STALL])):
             break
-        if distance > best:  # Anderson overshot: restart from a plain MM step
+        if distance > 4.0 * best:  # Anderson blew up: restart from a plain MM step
             xs.clear()
             rs.clear()
         best = min(best, distance)
