@@ -18,7 +18,7 @@ Writes results/<name>/: optimal_wor_gap.json/.csv (one row per pair, T and k), o
 and worst gaps) and optimal_wor_gap.png (gap to α*_wor per pair, by method).
 
     python experiments/optimal_wor_gap.py --output-dir results/optimal_wor_gap_luce
-    python experiments/optimal_wor_gap.py --source record --pairs 0 \
+    python experiments/optimal_wor_gap.py --source record --pairs 0 --samples 0 \
         --output-dir results/optimal_wor_gap_luce_full_vocab
     python experiments/optimal_wor_gap.py --quick
 """
@@ -53,7 +53,9 @@ class Config:
         default="corpus", metadata={"help": "'corpus' (bundled) or 'record' (full vocabulary)"}
     )
     pairs: int = field(default=40, metadata={"help": "pairs per temperature, evenly spaced (0 = all)"})
-    samples: int = field(default=20_000, metadata={"help": "simulated steps of RRSw's estimate (k >= 3)"})
+    samples: int = field(
+        default=20_000, metadata={"help": "simulated steps of RRSw's estimate (k >= 3; 0: none)"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the simulations and of the recording"})
     prompts_per_set: int = field(default=2, metadata={"help": "--source record: prompts per set"})
     max_new_tokens: int = field(default=16, metadata={"help": "--source record: continuation length"})
@@ -116,6 +118,8 @@ def measure(p: np.ndarray, q: np.ndarray, k: int, samples: int, seed: int) -> di
     rrsw = mdsd.verifier("rrsw", k)
     if k <= 2:
         row.update(rrsw=float(rrsw.acceptance(p, q)), rrsw_low=None, rrsw_high=None)
+    elif not samples:
+        row.update(rrsw=None, rrsw_low=None, rrsw_high=None)
     else:
         est = mdsd.estimate_acceptance(rrsw, p, q, samples, seed)
         row.update(rrsw=est.value, rrsw_low=est.low, rrsw_high=est.high)
