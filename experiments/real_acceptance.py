@@ -329,8 +329,7 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
         which = "; ".join(f"{name}: k in {sorted({k for _, n, k in skipped if n == name})}" for name in names)
         lines.append(
             f"Not computed ({sum(skipped.values())} (T, k, position) cases): {which}. No exact acceptance "
-            "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples; optimal:wor: "
-            "the i.i.d. fallback's exact sums stop at k = 4)."
+            "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples)."
         )
     return "\n".join(lines) + "\n"
 

@@ -57,7 +57,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LuceLaw", "luce_law", "luce_hits", "quadrature_error", "default_step", "light_tokens", "GROUP"]
+__all__ = [
+    "LuceLaw",
+    "luce_law",
+    "luce_hits",
+    "merge_levels",
+    "quadrature_error",
+    "default_step",
+    "light_tokens",
+    "GROUP",
+]
 
 TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) below this
 _STEPS = (0.25, 0.2, 0.18, 0.16, 0.14, 0.125, 0.1, 0.08, 0.0625)  # steps tried by default_step, largest first
@@ -684,8 +693,28 @@ def luce_hits(
     if k == 1 or np.count_nonzero(q) == k:
         return float(_hits_by_sets(q, level, log_weight, k, reject, residual))
     h = default_step(k) if step is None else float(step)
-    integrator = _Integrator(_problem(q, level, log_weight, k, h, group, residual), None)
+    kept = np.unique(level[(reject > 0) & (q > 0)])  # the levels whose selections may be rejected
+    if kept.size == 0:
+        return 0.0
+    level, mine = merge_levels(level, kept), np.isin(level, kept)
+    log_weight = np.where(mine, log_weight, 0.0)  # the others' weights do not matter
+    integrator = _Integrator(_problem(q, level, log_weight, k, h, group, residual), np.unique(level[mine]))
     return float(reject[integrator.pb.tokens] @ integrator.run())
+
+
+def merge_levels(level: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Levels [n] with every run of levels between two ``kept`` ones merged into one.
+
+    A level's law depends only on which tokens lie above it and which below, not on their levels or
+    weights; merged (and given one weight), the light ones among them are summed as groups.
+
+    >>> merge_levels(np.array([0, 1, 2, 3, 4, 4]), np.array([2])).tolist()
+    [0, 0, 1, 2, 2, 2]
+    """
+    values = np.unique(level)
+    keep = np.isin(values, kept)
+    new = np.cumsum(keep | np.r_[True, keep[:-1]]) - 1  # a new id at each kept level and after it
+    return new[np.searchsorted(values, level)]
 
 
 def _hits_by_sets(q, level, log_weight, k, reject, residual) -> float:

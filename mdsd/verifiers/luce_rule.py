@@ -45,7 +45,7 @@ import torch
 from mdsd.laws import WithoutReplacement
 from mdsd.otm.selection import optimal_selection_law
 from mdsd.sampling import inverse_cdf
-from mdsd.verifiers.luce import light_tokens, luce_law
+from mdsd.verifiers.luce import light_tokens, luce_law, merge_levels
 from mdsd.verifiers.ops import take
 
 __all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
@@ -184,7 +184,7 @@ def luce_rule(
     unit_level[unit[free]] = level[free]
     x = _normalise(x, unit_level)
     solved = np.unique(level[free])
-    merged = _merge(level, solved)  # for the solver: the levels in between as one level each
+    merged = merge_levels(level, solved)  # for the solver: the levels in between as one level each
     only = np.unique(merged[free])
     distance, best, taken = np.inf, np.inf, 0
     history: list[float] = []
@@ -210,20 +210,6 @@ def luce_rule(
     theta[free] = x[unit[free]]
     final = luce_law(q, level, theta, k, step=step)
     return LuceRule(level, theta, final.law, final.error, wanted, distance, taken)
-
-
-def _merge(level: np.ndarray, solved: np.ndarray) -> np.ndarray:
-    """Levels [n] with every run of levels between two ``solved`` ones merged into one. A level's law
-    depends only on which tokens lie above and below it, not on their levels or weights; merged, the
-    light ones among them form groups (one weight) and the solver's law skips their token-by-token work.
-
-    >>> _merge(np.array([0, 1, 2, 3, 4, 4]), np.array([2])).tolist()
-    [0, 0, 1, 2, 2, 2]
-    """
-    values = np.unique(level)
-    kept = np.isin(values, solved)
-    new = np.cumsum(kept | np.r_[True, kept[:-1]]) - 1  # a new id at each solved level and after it
-    return new[np.searchsorted(values, level)]
 
 
 def _normalise(x: np.ndarray, level: np.ndarray) -> np.ndarray:
