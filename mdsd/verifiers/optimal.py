@@ -9,10 +9,13 @@
   optimal up to it.
 * drafts without replacement beyond that size (``wor_rule="luce"``, the default): a Luce rule with
   priority levels (:mod:`mdsd.verifiers.luce_rule`): levels from the tight prefixes of the closed-form
-  optimal law F*, weights fitted to F* within each level; the law F used for verification is computed
-  for exactly those levels and weights (:mod:`mdsd.verifiers.luce`, L1 error below 1e-12), so the verifier
-  is lossless to that figure whatever the solver reached, and its acceptance (Σ min(F, p) plus residual
-  draws landing on drafts) is exact to it, α*_wor less the solver's shortfall.
+  optimal law F*, weights fitted to F* within each level; the law F̂ used for verification is computed
+  for exactly those levels and weights (:mod:`mdsd.verifiers.luce`, ε = Σ|F̂ − F| below 1e-13 by the
+  quadrature's bound), so the verifier is lossless to that figure whatever the solver reached: the
+  emitted law is F a + (1 − Σ F a) r̂ with a = min(1, p/F̂), r̂ = norm((p − F̂)+), while p = F̂ a +
+  (1 − Σ F̂ a) r̂ exactly, so it is within 2ε of p in L1. Its acceptance (Σ min(F̂, p) plus residual
+  draws landing on drafts) is exact to 2ε: α*_wor less the solver's shortfall. The rule is solved on the
+  host per pair (seconds at V = 151,936: see BENCHMARKS.md).
 * ``wor_rule="fallback"``: the drafts are turned into k i.i.d. drafts (the i.i.d. stream whose first k
   distinct tokens are the drafts: before each new draft, a repeat of an earlier one with probability
   q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the acceptance is at least α*_iid(k)
