@@ -415,12 +415,18 @@ def _problem(q, level, log_weight, k, h, group, marks) -> _Problem:
     starts = np.flatnonzero(np.r_[True, np.diff(gid[grouped]) != 0]) if grouped.any() else np.zeros(0, int)
     member_q = qs[grouped]
     scale = member_q[starts] if starts.size else np.zeros(0)  # the first member has the largest q
-    powers = (member_q / scale[gid[grouped]])[:, None] ** np.arange(_TERMS)
-    power = np.add.reduceat(powers, starts, axis=0) if starts.size else np.zeros((0, _TERMS))
     mass = np.add.reduceat(member_q, starts) if starts.size else np.zeros(0)
-    marked = None
-    if marks is not None:
-        marked = np.add.reduceat(r[grouped, None] * powers, starts, axis=0) if starts.size else power
+    power, marked = (
+        np.zeros((starts.size, _TERMS)),
+        None if marks is None else np.zeros((starts.size, _TERMS)),
+    )
+    if starts.size:  # Σ (q/scale)^n per group, one product and one segmented sum per power
+        ratio, term = member_q / scale[gid[grouped]], np.ones(member_q.size)
+        for n in range(_TERMS):
+            power[:, n] = np.add.reduceat(term, starts)
+            if marked is not None:
+                marked[:, n] = np.add.reduceat(r[grouped] * term, starts)
+            term = term * ratio
     groups = _Groups(lev[grouped][starts], lw[grouped][starts], scale, mass, power, marked)
     monomials = 2 if marks is None else 4
     return _Problem(
