@@ -4,7 +4,8 @@
   draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form
   and Σ min(F, p) = α*; no residual ever lands on a draft, so the acceptance is exactly α*.
 * any other law (without replacement, Joint, hub, ...) on a small network (at most :data:`FLOW_TUPLES`
-  draft tuples): the rule read off an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)),
+  draft tuples; without replacement also at most :data:`FLOW_ENTRIES` tuples × vocabulary, the size of
+  the flow's table): the rule read off an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)),
   with F summed back from the rule, so the verifier is lossless whatever the solver's tolerance and
   optimal up to it.
 * drafts without replacement beyond that size (``wor_rule="luce"``, the default): a Luce rule with
@@ -42,9 +43,10 @@ from mdsd.verifiers.luce_rule import LuceRule, luce_rule, luce_select
 from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.twostep import selection_acceptance, two_step
 
-__all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
+__all__ = ["OptimalVerifier", "FLOW_TUPLES", "FLOW_ENTRIES", "flow_rule"]
 
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
+FLOW_ENTRIES = 1 << 26  # ... and, without replacement, at most this many tuple × vocabulary entries
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
 _SHARED = 256  # one pair [V] drafted more than this many times: build its whole stack once
 ROWS = 32  # rows of p, q laid out at a time at V = 151,936; more at smaller V (CPU_SLAB entries)
@@ -163,7 +165,10 @@ class OptimalVerifier(Verifier):
         return self._luce_cache[1]
 
     def _small(self, q: np.ndarray, limit: int | None = None) -> bool:
-        return _tuple_count(q, self.law) <= (self.flow_tuples if limit is None else limit)
+        count = _tuple_count(q, self.law)
+        if isinstance(self.law, WithoutReplacement) and count * q.size > FLOW_ENTRIES:
+            return False  # the flow's table holds a vector [V] per tuple: the Luce rule (or fallback) instead
+        return count <= (self.flow_tuples if limit is None else limit)
 
     # -- acceptance ---------------------------------------------------------------------------------------
 

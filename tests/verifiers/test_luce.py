@@ -240,3 +240,14 @@ def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails(
     assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 200_000), (rate, alpha)
     broken, _ = FirstDraftLuce(3, law="wor").simulate(p, q, 200_000, seed=2)
     assert g_test(broken, p.numpy()) < ALPHA
+
+
+def test_small_support_at_full_vocabulary_takes_the_luce_rule_not_a_dense_flow_table():
+    """Regression: 30 drafted tokens in V = 151,936 at k = 3 are 24,360 tuples, each given a dense [V]
+    selection vector by the flow path (29 GB); the Luce rule runs instead, exact and at α*_wor."""
+    rng = np.random.default_rng(9)
+    p, q = np.zeros(151_936), np.zeros(151_936)
+    p[:40], q[10:40] = rng.dirichlet(np.ones(40)), rng.dirichlet(np.ones(30))
+    v = mdsd.verifier("optimal", 3, law="wor")
+    best = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(3))
+    assert best - 1e-6 <= v.acceptance(p, q) <= best + 1e-9
