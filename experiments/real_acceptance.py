@@ -34,7 +34,6 @@ the pairs are recorded again first: the same ones, from the same seed). Either w
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,14 +42,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from tqdm import tqdm
 
 import mdsd
 import mdsd.data
 from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
 from mdsd.sweep import run_tasks
-
-RECORDED_SETS = ("mt-bench", "humaneval", "news")  # the prompt sets --record reads
 
 
 @dataclass(frozen=True)
@@ -96,35 +92,16 @@ def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, n
     # Full-vocabulary (p, q) per temperature from the cached models: {T: (p [N, V], q [N, V], dataset [N])}.
     import torch
 
-    from mdsd.data.prompts import prompts
-    from mdsd.hf.load import load_pair, pair_paths
-    from mdsd.hf.record import record_prompt
+    from mdsd.hf.record import record_pairs
 
     torch.set_num_threads(config.threads)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    target, draft, tokenizer = load_pair(*pair_paths("qwen2.5-coder"))
-    generator = torch.Generator().manual_seed(config.seed)
-    zp, zq, names = [], [], []
-    for name in RECORDED_SETS:
-        for prompt in tqdm(prompts(name, config.prompts_per_set, tokenizer), desc=f"record {name}"):
-            ids = torch.tensor(prompt.input_ids)
-            tokens, p_logits, q_logits = record_prompt(
-                target,
-                draft,
-                ids,
-                config.max_new_tokens,
-                config.sample_temperature,
-                generator,
-                tokenizer.eos_token_id,
-            )
-            zp.append(p_logits.double())
-            zq.append(q_logits.double())
-            names += [name] * tokens.numel()
-    zp_all, zq_all = torch.cat(zp), torch.cat(zq)
-    return {
-        t: (torch.softmax(zp_all / t, -1).numpy(), torch.softmax(zq_all / t, -1).numpy(), np.array(names))
-        for t in config.temperatures
-    }
+    return record_pairs(
+        config.temperatures,
+        config.prompts_per_set,
+        config.max_new_tokens,
+        config.sample_temperature,
+        config.seed,
+    )
 
 
 def _bundled_pairs(
@@ -248,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = {"source": source, "skipped": {f"T={t} {v} k={k}": c for (t, v, k), c in skipped.items()}}
         if config.record:  # the models and prompt sets the pairs were recorded from
             from mdsd.hf import describe_model, pair_paths
+            from mdsd.hf.record import RECORDED_SETS
 
             target, draft = pair_paths("qwen2.5-coder")
             meta["models"] = {"target": describe_model(target), "draft": describe_model(draft)}
@@ -330,8 +308,7 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
         which = "; ".join(f"{name}: k in {sorted({k for _, n, k in skipped if n == name})}" for name in names)
         lines.append(
             f"Not computed ({sum(skipped.values())} (T, k, position) cases): {which}. No exact acceptance "
-            "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples; optimal:wor: "
-            "the i.i.d. fallback's exact sums stop at k = 4)."
+            "is known there at these vocabulary sizes (RRSw: enumeration of the draft tuples)."
         )
     return "\n".join(lines) + "\n"
 

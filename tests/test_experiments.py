@@ -348,11 +348,12 @@ def test_optimal_wor_gap_quick(tmp_path):
     for r in rows:
         p, q = corpus.p[r["row"]], corpus.q[r["row"]]
         assert r["alpha_iid"] == pytest.approx(mdsd.optimal_acceptance(p, q, mdsd.IID(2)), abs=1e-12)
-        # the fallback is lossless with acceptance in [α*_iid, α*_wor]: its 95% interval meets that range
-        assert r["fallback_low"] <= r["alpha_wor"] + 1e-9 and r["fallback_high"] >= r["alpha_iid"] - 1e-9
-        assert r["alpha_iid"] - 1e-12 <= r["fallback_exact"] <= r["alpha_wor"] + 1e-9
-        assert r["fallback_low"] - 1e-3 <= r["fallback_exact"] <= r["fallback_high"] + 1e-3
-    assert "gap to α*_wor" in (tmp_path / "optimal_wor_gap.md").read_text()
+        assert r["alpha_iid"] - 1e-12 <= r["fallback"] <= r["alpha_wor"] + 1e-9  # the i.i.d. stream
+        assert r["alpha_wor"] - 1e-6 <= r["luce"] <= r["alpha_wor"] + 1e-9  # the Luce rule: at α*_wor
+        assert r["luce_lower"] <= r["luce"] + 1e-12 and r["luce_law_error"] < 1e-12
+        assert r["rrsw"] == pytest.approx(mdsd.verifier("rrsw", 2).acceptance(p, q), abs=1e-12)
+    assert "gap: Luce" in (tmp_path / "optimal_wor_gap.md").read_text()
+    assert (tmp_path / "optimal_wor_gap.png").exists()
 
 
 def test_real_acceptance_quick(tmp_path):

@@ -5,11 +5,11 @@
 Each FILE holds one probability vector (a ``.npy`` array or a ``.json`` list). Without ``--p`` and
 ``--q`` it runs on the built-in example of ``mdsd optimal``. A verifier defined for one k only (the
 single-draft verifier: 1, SpecHub: 2) runs at that k; ``optimal:wor`` follows ``optimal`` (drafts without
-replacement). A verifier whose exact acceptance is out of reach (RRSw with k ≥ 3 on a large vocabulary,
-``optimal:wor`` with k ≥ 5 there) is reported with a Monte Carlo estimate instead (``--samples``,
-seeded). Verifiers that cannot run here (k drafts need more distinct tokens than the vocabulary has)
-are listed as skipped, with the reason; so is an optimum the OTM solvers refuse (a q with fewer
-positive tokens than the law needs, where the verifiers fall back to their top-k rule).
+replacement; its Luce rule's acceptance is exact to its quadrature). A verifier whose exact acceptance is
+out of reach (RRSw with k ≥ 3 on a large vocabulary) is reported with a Monte Carlo estimate instead
+(``--samples``, seeded). Verifiers that cannot run here (k drafts need more distinct tokens than the
+vocabulary has) are listed as skipped, with the reason; so is an optimum the OTM solvers refuse (a q with
+fewer positive tokens than the law needs, where the verifiers fall back to their top-k rule).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ import torch
 
 from mdsd.tree.cache import cache_keywords, returned_cache
 
-__all__ = ["sample_continuation", "next_token_logits", "record_prompt"]
+__all__ = ["sample_continuation", "next_token_logits", "record_prompt", "record_pairs", "RECORDED_SETS"]
+
+RECORDED_SETS = ("mt-bench", "humaneval", "news")  # the prompt sets record_pairs reads
 
 
 @torch.no_grad()
@@ -99,3 +101,47 @@ def record_prompt(
             f"target and draft logits differ in shape: {tuple(p_logits.shape)} vs {tuple(q_logits.shape)}"
         )
     return continuation, p_logits, q_logits
+
+
+def record_pairs(
+    temperatures: tuple[float, ...],
+    prompts_per_set: int = 2,
+    max_new_tokens: int = 16,
+    sample_temperature: float = 0.6,
+    seed: int = 0,
+    pair: str = "qwen2.5-coder",
+) -> dict[float, tuple]:
+    """Full-vocabulary pairs of the cached model ``pair`` on the prompts of :data:`RECORDED_SETS`:
+    {T: (p [N, V], q [N, V], prompt set [N])}, p and q the softmax of the recorded logits at T (numpy
+    float64). Each prompt's continuation is sampled from the target at ``sample_temperature``."""
+    import os
+
+    import numpy as np
+    from tqdm import tqdm
+
+    from mdsd.data.prompts import prompts
+    from mdsd.hf.load import load_pair, pair_paths
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    target, draft, tokenizer = load_pair(*pair_paths(pair))
+    generator = torch.Generator().manual_seed(seed)
+    zp, zq, names = [], [], []
+    for name in RECORDED_SETS:
+        for prompt in tqdm(prompts(name, prompts_per_set, tokenizer), desc=f"record {name}"):
+            tokens, p_logits, q_logits = record_prompt(
+                target,
+                draft,
+                torch.tensor(prompt.input_ids),
+                max_new_tokens,
+                sample_temperature,
+                generator,
+                tokenizer.eos_token_id,
+            )
+            zp.append(p_logits.double())
+            zq.append(q_logits.double())
+            names += [name] * tokens.numel()
+    zp_all, zq_all = torch.cat(zp), torch.cat(zq)
+    return {
+        t: (torch.softmax(zp_all / t, -1).numpy(), torch.softmax(zq_all / t, -1).numpy(), np.array(names))
+        for t in temperatures
+    }

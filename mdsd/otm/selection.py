@@ -53,11 +53,18 @@ class SelectionLaw:
         True where F is proven to be a base of g (i.i.d. drafts); False where it is checked only.
     basis : str
         The grounds, in words.
+    order : ndarray [n]
+        The tokens by p/q descending (ties in token order): P_i is its first i tokens.
+    slack : ndarray [n + 1]
+        g(P_i) − F(P_i) >= 0 for i = 0..n (0 where the prefix is tight: every draft tuple meeting P_i
+        selects a token of P_i).
     """
 
     law: np.ndarray
     proven: bool
     basis: str
+    order: np.ndarray
+    slack: np.ndarray
 
 
 def optimal_selection_law(p: object, q: object, law: DraftLaw) -> SelectionLaw:
@@ -95,6 +102,10 @@ def optimal_selection_law(p: object, q: object, law: DraftLaw) -> SelectionLaw:
     f = np.maximum(p[descending] - (top[:-1] - top[1:]) + (bottom[1:] - bottom[:-1]), 0.0)
     out = np.empty_like(f)
     out[descending] = f
+    slack = np.maximum(h - np.maximum(top, bottom), 0.0)
     if form.proven and law.name == "iid":
-        return SelectionLaw(out, True, "sorted prefixes bound every set (g depends on q(A) only)")
-    return SelectionLaw(out, False, f"{form.basis}; base of g checked by enumerating every set (n <= 6)")
+        return SelectionLaw(
+            out, True, "sorted prefixes bound every set (g depends on q(A) only)", descending, slack
+        )
+    basis = f"{form.basis}; base of g checked by enumerating every set (n <= 6)"
+    return SelectionLaw(out, False, basis, descending, slack)

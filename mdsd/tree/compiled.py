@@ -24,7 +24,8 @@ CUDA graph per batch size):
   the end, so a step's host time does not grow with the batch (a draft source's proposals and an adaptive
   depth policy are host work per row by nature).
 
-Every verifier with device kernels (``sync_free``) runs here; the others need the eager path.
+Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
+:meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ class _State:
     retrieved: torch.Tensor | None  # [B, width, depth] a source's proposals, -1 where none
 
 
+def _check_verifiers(decoder) -> None:
+    """Refuse the decoder's node verifiers that read values back on its vocabulary."""
+    for k, v in decoder.verifiers.items():
+        if v.reads_back(decoder.vocab_size):
+            raise ValueError(
+                f"verifier {decoder.verifier_name!r} (k = {k}) reads values back to the host on a "
+                f"vocabulary of {decoder.vocab_size} tokens and cannot run in a captured step; decode with "
+                "compile=False (the eager path)"
+            )
+
+
 class FastPath:
     """The fast path of one :class:`mdsd.TreeDecoder` with step backend ``backend``."""
 
@@ -86,12 +98,7 @@ class FastPath:
             reason = None if model is None else static_obstacle(model)
             if reason is not None:
                 raise ValueError(f"the {who}: {reason}; decode with compile=False (the eager path)")
-        for k, v in decoder.verifiers.items():
-            if not type(v).sync_free:
-                raise ValueError(
-                    f"verifier {decoder.verifier_name!r} (k = {k}) reads values back to the host and cannot "
-                    "run in a captured step; decode with compile=False (the eager path)"
-                )
+        _check_verifiers(decoder)
         self.decoder, self.backend = decoder, backend
         self._state: _State | None = None
         # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
@@ -102,6 +109,7 @@ class FastPath:
 
     def generate(self, rows_in: list[list[int]], max_new_tokens: int, generator) -> list[TreeDecodeOutput]:
         dec = self.decoder
+        _check_verifiers(dec)  # the decoder's verifiers may have been swapped since it was built
         dev = next(dec.target.parameters()).device
         B, start = len(rows_in), time.perf_counter()
         state = self._prepare(rows_in, max_new_tokens, dev)

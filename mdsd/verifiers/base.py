@@ -115,6 +115,11 @@ class Verifier(ABC):
         """Whether this verifier runs with ``k`` drafts."""
         return cls.supported_k is None or k in cls.supported_k
 
+    def reads_back(self, n: int) -> bool:  # noqa: ARG002
+        """Whether the kernels read values back to the host on a vocabulary of ``n`` tokens (a captured
+        decoding step cannot run them): not :attr:`sync_free`, unless a verifier knows better."""
+        return not type(self).sync_free
+
     @classmethod
     def check_law(cls, law: str, spelled: str) -> None:
         """Raise ``ValueError`` unless this verifier takes the draft law named ``law`` (from the verifier

@@ -4,22 +4,33 @@
   draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form
   and Σ min(F, p) = α*; no residual ever lands on a draft, so the acceptance is exactly α*.
 * any other law (without replacement, Joint, hub, ...) on a small network (at most :data:`FLOW_TUPLES`
-  draft tuples, counted from the vocabulary size and k, never from the values of q): the rule read off
-  an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)), with F summed back from the rule,
-  so the verifier is lossless whatever the solver's tolerance and optimal up to it. A host path: the
-  flow is solved on the CPU, the only part of this verifier that reads values back.
-* drafts without replacement beyond that size: not exactly optimal. The drafts are turned into k i.i.d.
-  drafts (the i.i.d. stream whose first k distinct tokens are the drafts: before each new draft, a repeat
-  of an earlier one with probability q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the
-  acceptance is at least α*_iid(k) (plus residual draws landing on unused drafts) and at most α*_wor(k);
-  :meth:`OptimalVerifier.acceptance` gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and
-  refuses to guess it for k >= 5 (use :func:`mdsd.estimate_acceptance`).
+  draft tuples, counted from the vocabulary size and k, never from the values of q; without replacement
+  also at most :data:`FLOW_ENTRIES` tuples × vocabulary, the size of the flow's table): the rule read off
+  an optimal flow of the max-flow / LP (s(z | x̄) = f(x̄, z)/Q(x̄)), with F summed back from the rule, so
+  the verifier is lossless whatever the solver's tolerance and optimal up to it. A host path: the flow is
+  solved on the CPU.
+* drafts without replacement beyond that size (``wor_rule="luce"``, the default): a Luce rule with
+  priority levels (:mod:`mdsd.verifiers.luce_rule`): levels from the tight prefixes of the closed-form
+  optimal law F*, weights fitted to F* within each level; the law F̂ used for verification is computed
+  for exactly those levels and weights (:mod:`mdsd.verifiers.luce`, ε = Σ|F̂ − F| below 1e-13 by the
+  quadrature's bound), so the verifier is lossless to that figure whatever the solver reached: the
+  emitted law is F a + (1 − Σ F a) r̂ with a = min(1, p/F̂), r̂ = norm((p − F̂)+), while p = F̂ a +
+  (1 − Σ F̂ a) r̂ exactly, so it is within 2ε of p in L1. Its acceptance (Σ min(F̂, p) plus residual
+  draws landing on drafts) is exact to 2ε: α*_wor less the solver's shortfall. A host path: the rule is
+  solved on the CPU per pair (seconds at V = 151,936: see BENCHMARKS.md).
+* ``wor_rule="fallback"``: the drafts are turned into k i.i.d. drafts (the i.i.d. stream whose first k
+  distinct tokens are the drafts: before each new draft, a repeat of an earlier one with probability
+  q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the acceptance is at least α*_iid(k)
+  (plus residual draws landing on unused drafts) and at most α*_wor(k); :meth:`OptimalVerifier.acceptance`
+  gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and refuses to guess it for k >= 5 (use
+  :func:`mdsd.estimate_acceptance`).
 
 **On the device.** The i.i.d. rule and the fallback are kernels like every other verifier's: the layout of
 all rows at once (a stable sort of the ratios by integer keys, prefix sums, running minima, F), each
 draft's window top by a fixed number of jumps and its depth by one arg max, the least depth selected,
 the two-step accept/residual (:mod:`mdsd.verifiers.layout`); fixed shapes per (rows, V, k), no branch
-on the data, no host synchronisation, every random number from the call's :class:`Uniforms`.
+on the data, no host synchronisation, every random number from the call's :class:`Uniforms`. The flow
+and the Luce rule read values back (:meth:`OptimalVerifier.reads_back`): eager path only.
 """
 
 from __future__ import annotations
@@ -32,19 +43,22 @@ import torch
 
 from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
-from mdsd.validation import check_k
+from mdsd.validation import as_pair, check_k
 from mdsd.verifiers.base import Rows, Verifier
 from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
 from mdsd.verifiers.layout_reference import least_depth_odds, reference_select, stack_pieces
+from mdsd.verifiers.luce import luce_hits
+from mdsd.verifiers.luce_rule import LuceRule, luce_rule, luce_select
 from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.reference import draw_index, normalized, onehot
 from mdsd.verifiers.registry import register
 from mdsd.verifiers.twostep import selection_acceptance, two_step
 
-__all__ = ["OptimalVerifier", "FLOW_TUPLES", "flow_rule"]
+__all__ = ["OptimalVerifier", "FLOW_TUPLES", "FLOW_ENTRIES", "flow_rule"]
 
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
+FLOW_ENTRIES = 1 << 26  # ... and, without replacement, at most this many tuple × vocabulary entries
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
 _LAWS = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}  # law names
 
@@ -107,6 +121,9 @@ class OptimalVerifier(Verifier):
         ``k`` drafts (exact on networks of at most ``flow_tuples`` tuples).
     flow_tuples : int
         Largest network (draft tuples) solved for an optimal flow (laws other than i.i.d.).
+    wor_rule : str
+        Drafts without replacement beyond ``flow_tuples``: ``"luce"`` (default, the Luce rule with levels)
+        or ``"fallback"`` (the i.i.d. stream; see the module docstring).
 
     >>> from mdsd.verifiers import verifier
     >>> verifier("optimal", 2).acceptance([1.0, 0.0], [0.5, 0.5])
@@ -115,15 +132,22 @@ class OptimalVerifier(Verifier):
 
     name = "optimal"
     # i.i.d. drafts and the without-replacement fallback run as device kernels; a flow (another law on a
-    # network of at most ``flow_tuples`` tuples, decided from V and k) is solved on the host
+    # network of at most ``flow_tuples`` tuples, decided from V and k) and the Luce rule are solved on
+    # the host: see reads_back
     sync_free = True
     laws = ("iid", "wor")
 
-    def __init__(self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES) -> None:
+    def __init__(
+        self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES, wor_rule: str = "luce"
+    ) -> None:
         self._law_spec = law
         self.flow_tuples = check_k(flow_tuples, "flow_tuples", minimum=0)
+        if wor_rule not in ("luce", "fallback"):
+            raise ValueError(f"wor_rule must be 'luce' or 'fallback'; got {wor_rule!r}")
+        self.wor_rule = wor_rule
         self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
         self._shared = False  # within simulate's calls (Rows.shared): one pair, its whole stack on the host
+        self._luce_cache: tuple[bytes, LuceRule] | None = None
         super().__init__(k)
 
     def __repr__(self) -> str:
@@ -146,19 +170,53 @@ class OptimalVerifier(Verifier):
 
     def _uniform_columns(self) -> int:
         # i.i.d.: one depth per draft (+ the accept/residual uniform); the without-replacement fallback
-        # also decides k − 1 repeats and picks each repeat
-        return 3 * self.k - 2 if isinstance(self.law, WithoutReplacement) else self.k
+        # also decides k − 1 repeats and picks each repeat; the Luce rule uses one column
+        return 3 * self.k - 2 if self._fallback() else self.k
+
+    def _fallback(self) -> bool:
+        return isinstance(self.law, WithoutReplacement) and self.wor_rule == "fallback"
+
+    def luce(self, p: object, q: object) -> LuceRule:
+        """The Luce rule this verifier uses for the pair p, q [n] (drafts without replacement).
+
+        >>> rule = OptimalVerifier(2, law="wor").luce([0.0, 0.5, 0.5], [0.6, 0.2, 0.2])
+        >>> rule.level.tolist()  # token 0 (p = 0) below the others: never selected beside them
+        [1, 0, 0]
+        """
+        pa, qa = as_pair(p, q)
+        return self._luce(pa / pa.sum(), qa / qa.sum())
+
+    def _luce(self, p: np.ndarray, q: np.ndarray) -> LuceRule:
+        """The Luce rule of one pair (normalised float64 vectors), solved once per pair."""
+        key = p.tobytes() + q.tobytes()
+        if self._luce_cache is None or self._luce_cache[0] != key:
+            self._luce_cache = (key, luce_rule(p, q, self.k))
+        return self._luce_cache[1]
+
+    def reads_back(self, n: int) -> bool:
+        """Whether verifying on a vocabulary of n tokens reads values back to the host: a flow (a law
+        other than i.i.d. within the flow size) or the Luce rule; never i.i.d. drafts or the fallback."""
+        if isinstance(self.law, IID):
+            return False
+        return self._small(n) or not self._fallback()
 
     def _small(self, n: int, limit: int | None = None) -> bool:
-        """Whether a law other than i.i.d. on n tokens takes the exact flow (at most ``limit`` tuples)."""
-        return _tuple_count(n, self.law) <= (self.flow_tuples if limit is None else limit)
+        """Whether a law other than i.i.d. on n tokens takes the exact flow: at most ``limit`` tuples
+        (default ``flow_tuples``), and without replacement at most :data:`FLOW_ENTRIES` tuples × n (the
+        flow's table holds a vector [n] per tuple)."""
+        count = _tuple_count(n, self.law)
+        if isinstance(self.law, WithoutReplacement) and count * n > FLOW_ENTRIES:
+            return False
+        return count <= (self.flow_tuples if limit is None else limit)
 
     # -- acceptance ---------------------------------------------------------------------------------------
 
     def exact_obstacle(self, q, limit=None):
         """None where :meth:`acceptance` is exact: i.i.d. drafts, a flow of at most ``limit`` (default
-        ``flow_tuples``) draft tuples, or the without-replacement fallback with k <= 4."""
+        ``flow_tuples``) draft tuples, the Luce rule, or the without-replacement fallback with k <= 4."""
         if isinstance(self.law, IID) or (isinstance(self.law, WithoutReplacement) and self.k <= 4):
+            return None
+        if isinstance(self.law, WithoutReplacement) and not self._fallback():
             return None
         n = np.shape(q)[-1]
         if self._small(n, limit):
@@ -179,6 +237,8 @@ class OptimalVerifier(Verifier):
             return float(np.minimum(law, p).sum())
         if self._small(q.size):
             return selection_acceptance(p, flow_rule(p, q, self.law))[0]
+        if isinstance(self.law, WithoutReplacement) and not self._fallback():
+            return self._luce_acceptance(p, q)
         if isinstance(self.law, WithoutReplacement) and self.k <= 4:
             return fallback_acceptance(p, q, self.k)
         raise ValueError(self.exact_obstacle(q))
@@ -263,8 +323,10 @@ class OptimalVerifier(Verifier):
             return self._verify_iid(p, q, drafts, u.accept[..., : self.k], u.residual)
         if self._small(p.shape[-1]):
             return self._verify_flow(p, q, drafts, u)
-        if isinstance(self.law, WithoutReplacement):
+        if self._fallback():
             return self._verify_wor_fallback(p, q, drafts, u)
+        if isinstance(self.law, WithoutReplacement):
+            return self._verify_luce(p, q, drafts, u)
         raise ValueError(f"{self!r} solves a flow on at most {self.flow_tuples} draft tuples; q gives more")
 
     def _verify_iid(self, p, q, drafts, u_depth, u_emit) -> torch.Tensor:
@@ -345,3 +407,31 @@ class OptimalVerifier(Verifier):
             used = used + (~again).long()
         draws = torch.stack(iid, dim=-1)
         return self._verify_iid(p, q, draws, u.accept[..., 2 * k - 2 :], u.residual)
+
+    def _luce_acceptance(self, p: np.ndarray, q: np.ndarray) -> float:
+        """Σ min(F, p) plus the residual draws (norm((p − F)+)) landing on another draft after a rejection."""
+        p, q = p / p.sum(), q / q.sum()  # as the kernel sees them
+        rule = self._luce(p, q)
+        law = rule.law
+        excess = np.maximum(law - p, 0.0)
+        reject = np.divide(excess, law, out=np.zeros_like(law), where=excess > 0)
+        gain = np.maximum(p - law, 0.0)
+        accepted = float(np.minimum(law, p).sum())
+        if gain.sum() == 0 or not reject.any():
+            return accepted
+        return accepted + luce_hits(q, rule.level, rule.log_weight, self.k, reject, gain / gain.sum())
+
+    def _verify_luce(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
+        """Select with the rows' Luce rules (solved on the host), then accept against their laws F."""
+        rows_p = p.reshape(-1, p.shape[-1]).double().cpu().numpy()
+        rows_q = q.reshape(-1, q.shape[-1]).double().cpu().numpy()
+        rules = [self._luce(a / a.sum(), b / b.sum()) for a, b in zip(rows_p, rows_q, strict=True)]
+        shape = p.shape
+
+        def stack(name: str, dtype: torch.dtype) -> torch.Tensor:
+            arrays = np.stack([getattr(rule, name) for rule in rules])
+            return torch.as_tensor(arrays, dtype=dtype, device=p.device).reshape(shape)
+
+        level, log_weight = stack("level", torch.long), stack("log_weight", torch.float64)
+        selected = luce_select(level, log_weight, drafts, u.accept[..., 0])
+        return two_step(p, stack("law", torch.float64), selected, u.residual)

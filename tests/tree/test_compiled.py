@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.drafters import PromptLookup
 from mdsd.tree.adaptive import GrowShrink
-from mdsd.verifiers import supports, verifier_class
+from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
 PROMPTS = [[3, 1, 4, 3, 1, 4, 3], [7], [2, 2, 9, 2, 5, 11]]
 EOS = [6]  # the target's greedy continuation of the last prompt holds it: that row stops early
@@ -159,6 +159,22 @@ def test_a_verifier_that_reads_values_back_is_refused_with_the_eager_path_named(
     monkeypatch.setattr(verifier_class("rrsw"), "sync_free", False)
     with pytest.raises(ValueError, match="compile=False"):
         TreeDecoder(target, draft, Tree.kary([2]), verifier="rrsw", temperature=0.7, compile=True)
+
+
+def test_the_without_replacement_flow_and_luce_rule_are_refused_and_the_fallback_runs(pair):
+    """optimal:wor solves a flow within the flow size and the Luce rule beyond it, both on the host: the
+    fast path refuses them (at construction, and at decoding when the verifiers were swapped), and runs
+    the fallback's kernels."""
+    target, draft = pair
+    with pytest.raises(ValueError, match="reads values back.*compile=False"):
+        TreeDecoder(target, draft, Tree.kary([2]), verifier="optimal:wor", temperature=0.7, compile="none")
+    dec = TreeDecoder(target, draft, Tree.kary([2]), verifier="optimal", temperature=0.7, compile="none")
+    dec.verifiers = {2: OptimalVerifier(2, law="wor", flow_tuples=0)}  # the Luce rule
+    with pytest.raises(ValueError, match="reads values back"):
+        dec.generate(torch.tensor([[1, 2]]), max_new_tokens=2, generator=torch.Generator().manual_seed(0))
+    dec.verifiers = {2: OptimalVerifier(2, law="wor", flow_tuples=0, wor_rule="fallback")}
+    out = dec.generate(torch.tensor([[1, 2]]), max_new_tokens=4, generator=torch.Generator().manual_seed(0))
+    assert out.tokens.numel() == 4 or out.stopped_by_eos
 
 
 def test_a_model_outside_the_supported_families_is_refused_with_the_eager_path_named():

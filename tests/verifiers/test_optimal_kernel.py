@@ -58,7 +58,7 @@ def test_iid_kernel_gives_the_host_reference_tokens(k):
 
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_without_replacement_fallback_kernel_gives_the_host_reference_tokens(k):
-    v = OptimalVerifier(k, law="wor", flow_tuples=0)  # the fallback at every size
+    v = OptimalVerifier(k, law="wor", flow_tuples=0, wor_rule="fallback")  # the fallback at every size
     for n in (4, 6, 300):
         p, q = _rows(n, 44, seed=200 * k + n)
         _same_as_reference(v, p, q, seed=k + n)

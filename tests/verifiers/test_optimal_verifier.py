@@ -101,7 +101,7 @@ def _fallback_output_law(p, q, k):
 def test_without_replacement_fallback_is_lossless_and_its_acceptance_exact(k):
     """Forced with flow_tuples = 0: exact law p; acceptance between α*_iid and α*_wor; acceptance() is the
     enumerated value, whichever tokens are summed one by one (explicit) and which as vectors."""
-    v = OptimalVerifier(k, law="wor", flow_tuples=0)
+    v = OptimalVerifier(k, law="wor", flow_tuples=0, wor_rule="fallback")
     light = 0
     for p, q in _cases(v, {2: 60, 3: 40, 4: 30}[k], seed=60 + k, sizes=(4, 5, 6)) + EXTREME:
         if np.count_nonzero(q) < k:
@@ -138,7 +138,7 @@ def test_without_replacement_fallback_vector_sums_equal_the_one_by_one_sums(k):
 
 
 def test_without_replacement_fallback_refuses_k_5():
-    v = OptimalVerifier(5, law="wor", flow_tuples=0)
+    v = OptimalVerifier(5, law="wor", flow_tuples=0, wor_rule="fallback")
     with pytest.raises(ValueError, match="estimate it"):
         v.acceptance(np.full(6, 1 / 6), np.full(6, 1 / 6))
     with pytest.raises(ValueError, match="explicit"):
@@ -152,7 +152,7 @@ def test_without_replacement_fallback_acceptance_at_full_vocabulary(k):
     """V = 151,936 (the fallback's own path): between α*_iid and α*_wor, within a Wilson interval of the
     sampler's acceptance, and the same whichever tokens are summed one by one."""
     rng = np.random.default_rng(5)
-    v = mdsd.verifier("optimal", k, law="wor")
+    v = OptimalVerifier(k, law="wor", wor_rule="fallback")
     for temperature in (0.05, 0.3, 1.0):
         logits = 3.0 * rng.normal(size=151_936)
         p = np.exp(logits / temperature - np.logaddexp.reduce(logits / temperature))

@@ -1,0 +1,737 @@
+r"""The selection law of a Luce rule with priority levels, for k drafts without replacement.
+
+**The rule.** Every token y carries a level ℓ(y) (0 = highest priority) and a weight w(y) > 0. Given the
+drafted set S (the first k arrivals of exponential clocks with rates q, :class:`mdsd.WithoutReplacement`),
+select one token of S's highest level with probability proportional to its weight:
+
+.. math:: s(y \mid S) = \frac{w(y)}{\sum_{z \in S,\ \ell(z) = \ell(y)} w(z)}
+          \quad (\ell(y) = \min_{z \in S} \ell(z)), \qquad F(y) = \sum_{S \ni y} Q(S)\, s(y \mid S).
+
+One level is the plain Luce rule; levels are its limits when weights differ by orders of magnitude.
+Two-step verification against F (:mod:`mdsd.verifiers.twostep`) is lossless for any levels and weights,
+provided F is the law of the rule actually used; this module computes it.
+
+**The double integral.** Write 1/W = ∫_0^∞ e^{−tW} dt for the Luce share. For a token y, let T be the
+k-th arrival among the other tokens and S' their first k − 1 arrivals: y ∈ S iff y arrives before T, and
+then S = {y} ∪ S'. With b_i = e^{−q_i u} (not arrived by u), a_i = (1 − e^{−q_i u}) e^{−t w_i} (arrived,
+weighted; a_i = 1 − e^{−q_i u} for a lower level, 0 for a higher one) and c_i = q_i e^{−q_i u} (the
+density of the k-th other arrival), summing over which others arrived gives
+
+.. math:: F(y) = \int_0^\infty\!\!\int_0^\infty w(y)\, a_y(u, t)\;
+          [z^{k-1} \zeta] \prod_{i \ne y} (b_i + a_i z + c_i \zeta)\; du\, dt,
+
+with ζ² = 0 and levels as above (only the t-integral of y's own level remains; a single token alone
+at its level needs no t at all: ∫ w e^{−tw} dt = 1). The product is an elementary symmetric sum of order
+k − 1 with one density term: O(k n) per node (u, t) by prefix and suffix sums, all terms positive, in
+log space, with the tokens surely arrived by u (q_i u > 40) counted apart.
+
+**Groups of light tokens.** Many tokens sharing a level and a weight whose q u stays below 1/2 on the
+whole u-grid are summed as a group: their share of the product is exp of a power series in u with the
+group's power sums Σ q_i^n (no per-token work at a node), and for a member y, with Φ the product over
+all tokens, ρ_y = a_y / b_y and (1 + ρ z + q ζ)^{−1} = Σ_m (−ρ z)^m (1 − (m + 1) q ζ) (mod ζ²),
+
+.. math:: w\, a_y \prod_{i \ne y} = w \sum_{m < k} (-1)^m \rho_y^{m+1}
+          \bigl(\Phi^{\zeta}_{k-1-m} - (m + 1)\, q_y\, \Phi_{k-1-m}\bigr),
+
+and (e^{qu} − 1)^r = r! Σ_n S(n, r) (qu)^n / n! (Stirling numbers of the second kind) turns F(y) into a
+power series in q_y with coefficients shared by the group: O(terms) per token after the nodes.
+
+**Quadrature and its error.** The trapezoid rule in s = log u (step h, :func:`default_step`) from
+u^{k+1} ~ 1e-17 to λ_k u = 50 (λ_k = q outside the k most likely tokens; the integrand decays like
+e^{−λ_k u}), and in σ = log t (step 1/4) from t = e^{−20} to t w_min = 50, the nodes below e^{−20}
+summed in closed form. A level with one weight needs no trapezoid in t: with x = e^{−tw} the integrand
+is a polynomial of degree < k in x, and Gauss-Legendre with ⌈k/2⌉ nodes is exact. Both trapezoid rules
+converge geometrically, and the trapezoid theorem for integrands analytic in a strip gives a bound
+relative to F(y) for every token, hence on the L1 error (:func:`quadrature_error`; the default step
+keeps it below 1e-13). :attr:`LuceLaw.error` adds float rounding and the tails left out. The tests check
+the law against exact enumeration of every tuple (n <= 7) within that bound.
+
+Shapes: n tokens; U u-nodes, T t-nodes. See Luce, "Individual Choice Behavior" (1959), and for the race
+Hu et al., "Towards Optimal Multi-draft Speculative Decoding", ICLR 2025.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "LuceLaw",
+    "luce_law",
+    "luce_hits",
+    "merge_levels",
+    "quadrature_error",
+    "default_step",
+    "light_tokens",
+    "GROUP",
+]
+
+TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) below this
+_STEPS = (0.25, 0.2, 0.18, 0.16, 0.14, 0.125, 0.1, 0.08, 0.0625)  # steps tried by default_step, largest first
+GROUP = 16  # least number of light tokens of one (level, weight) summed as a group
+_THETA = 40.0  # q u above which a token counts as arrived (e^-40 ~ 4e-18 left out)
+_LEFT = 1e-17  # mass left out below the first u-node (bound u^(k+1))
+T_STEP = 0.25  # trapezoid step in log t: relative error below 2e-15 (quadrature_error's t-part)
+_T_LOW = -20.0  # log t of the first t-node; the nodes below are summed in closed form
+_TAIL = 50.0  # integrate until rate · time = 50 (e^-50 · 50^k / k! left out)
+_LIGHT = 0.5  # a token with q u <= this on the whole u-grid may be summed in a group
+_TERMS = 28  # series terms in q u: (k/2)^28 / 28! < 1e-20 for k <= 8
+_BLOCK = 1 << 16  # node × token entries per vectorised block (times 2k coefficients)
+_ROUNDING = 5e-14  # float64 rounding of the node values (exponents up to ~700) and sums, and the tails
+# Nilpotent monomials of a product's coefficients: 0 = 1, 1 = ζ (the k-th other arrival), 2 = η (a marked
+# arrival, for residual hits), 3 = ζη. _TIMES[m] lists (a, b, c) with monomial a × b = c, for m monomials.
+_TIMES = {
+    2: ((0, 0, 0), (0, 1, 1), (1, 0, 1)),
+    4: ((0, 0, 0), (0, 1, 1), (1, 0, 1), (0, 2, 2), (2, 0, 2), (0, 3, 3), (3, 0, 3), (1, 2, 3), (2, 1, 3)),
+}
+
+
+@dataclass(frozen=True)
+class LuceLaw:
+    """The selection law of a Luce rule with levels, and how sure it is.
+
+    Attributes
+    ----------
+    law : ndarray [n]
+        F(y) = P(y is selected), 0 where q = 0.
+    error : float
+        Bound on Σ_y |F̂(y) − F(y)|: :func:`quadrature_error` at the step used, plus rounding and tails.
+    nodes : int
+        Quadrature nodes: u-nodes plus the (u, t) nodes of every level that integrates over t.
+    """
+
+    law: np.ndarray
+    error: float
+    nodes: int
+
+
+def quadrature_error(step: float, k: int) -> float:
+    r"""Bound on the relative error of the infinite trapezoid rules of step h in log u and :data:`T_STEP`
+    in log t.
+
+    Trapezoid theorem (Trefethen & Weideman 2014, Thm 5.1): an integrand analytic in |Im s| < a has
+    error <= 2 M_d / (e^{2πd/h} − 1) for d < a, M_d = sup_{|Im s| <= d} ∫|f|. Every term of the law's
+    integrand is a product of factors 1 − e^{−qu}, e^{−qu} and q e^{−qu}; on Im s = φ (c = cos φ),
+    |1 − e^{−w}| <= min(|w|, 2) <= C/c · (1 − e^{−c|w|}) with C = 2/(1 − 1/e), so with k arrival factors,
+    the density's 1/c and the measure's 1/c, M_φ <= (C/c)^k c^{−2} F(y). In t the integrand is a positive
+    mixture of e^{−tW} t, analytic for |Im σ| < π/2 with M_d = F(y)/cos d. Hence
+
+    .. math:: \frac{|\hat F(y) - F(y)|}{F(y)} \le \min_\varphi \frac{2 (C/\cos\varphi)^k}
+              {\cos^2\varphi\,(e^{2\pi\varphi/h} - 1)} + \min_d \frac{2}{\cos d\,(e^{2\pi d/h_t} - 1)},
+
+    and Σ_y F(y) = 1 makes it a bound on the L1 error too.
+
+    >>> quadrature_error(0.18, 4) < 1e-14
+    True
+    """
+    angle = np.linspace(0.01, 1.56, 311)
+    c = np.cos(angle)
+    growth = np.expm1(np.minimum(2.0 * np.pi * angle / step, 700.0))
+    in_u = float((2.0 * (2.0 / (1.0 - math.exp(-1.0)) / c) ** k / c**2 / growth).min())
+    in_t = float((2.0 / c / np.expm1(np.minimum(2.0 * np.pi * angle / T_STEP, 700.0))).min())
+    return in_u + in_t
+
+
+def default_step(k: int) -> float:
+    """The largest step of a fixed menu whose :func:`quadrature_error` is below 1e-13.
+
+    >>> default_step(2), default_step(4)
+    (0.2, 0.18)
+    """
+    return next((h for h in _STEPS if quadrature_error(h, k) <= TARGET), _STEPS[-1])
+
+
+# -- polynomials mod (z^k, ζ², η²) over nodes ---------------------------------------------------------------
+# A product of token factors is a triple (scale, shift, C): exp(scale) · z^shift · Σ_{a, c} C[a, c] μ_a z^c
+# with μ_a the monomials above; scale, shift [...], C [M, k, ...].
+
+
+def _stirling_series(k: int, terms: int) -> np.ndarray:
+    """γ[r, n] = r! S(n, r) / n!, so that (e^x − 1)^r = Σ_n γ[r, n] x^n: [k + 1, terms]."""
+    stirling = np.zeros((terms, k + 1))
+    stirling[0, 0] = 1.0
+    for n in range(1, terms):
+        for r in range(1, min(n, k) + 1):
+            stirling[n, r] = r * stirling[n - 1, r] + stirling[n - 1, r - 1]
+    fact = np.array([float(math.factorial(r)) for r in range(k + 1)])
+    inv = np.array([1.0 / math.factorial(n) for n in range(terms)])
+    return (stirling * fact[None, :] * inv[:, None]).T
+
+
+def _multiply(a, b, k: int):
+    """The product of two polynomials (scale, shift, C)."""
+    ca, cb = a[2], b[2]
+    out = np.zeros((ca.shape[0], k, *np.broadcast_shapes(ca.shape[2:], cb.shape[2:])))
+    for x, y, z in _TIMES[ca.shape[0]]:
+        for c in range(k):
+            for i in range(c + 1):
+                out[z, c] += ca[x, i] * cb[y, c - i]
+    return a[0] + b[0], a[1] + b[1], out
+
+
+def _top(poly, k: int, monomial: int) -> np.ndarray:
+    """[z^{k−1} μ] of a polynomial, scale applied: a plain array."""
+    scale, shift, coef = poly
+    need = k - 1 - shift
+    out = np.zeros(np.broadcast_shapes(np.shape(scale), np.shape(need), coef.shape[2:]))
+    for c in range(k):
+        out = np.where(need == c, coef[monomial, c], out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(need >= 0, np.exp(scale) * out, 0.0)
+
+
+def _top_product(a, b, k: int, monomial: int) -> np.ndarray:
+    """[z^{k−1} μ] (a × b) without forming the product: a plain array."""
+    scale, need = a[0] + b[0], k - 1 - (a[1] + b[1])
+    pairs = [(x, y) for x, y, z in _TIMES[a[2].shape[0]] if z == monomial]
+    out = np.zeros(np.broadcast_shapes(np.shape(scale), np.shape(need), a[2].shape[2:], b[2].shape[2:]))
+    for d in range(k):
+        at = need == d
+        if not np.any(at):
+            continue
+        value = sum(a[2][x, i] * b[2][y, d - i] for x, y in pairs for i in range(d + 1))
+        out = np.where(at, value, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(need >= 0, np.exp(scale) * out, 0.0)
+
+
+def _above(poly, exponent: np.ndarray, mass: np.ndarray):
+    """``poly`` times the tokens of the levels above, of total q ``mass``, none arrived by u:
+    e^{−u Q} (1 + Q ζ), ``exponent`` = u Q (only the ζ-free monomials gain a ζ term)."""
+    scale, shift, coef = poly
+    coef = coef.copy()
+    coef[1] += mass * coef[0]
+    if coef.shape[0] == 4:
+        coef[3] += mass * coef[2]
+    return scale - exponent, shift, coef
+
+
+def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, reverse: bool, start=None):
+    """Products of the token factors b + a (1 + r η) z + q b ζ over the tokens before position j (reverse:
+    from j on), for q [m] at nodes u, tw = t·w (broadcasting to [..., m]): polynomials [..., m + 1],
+    times the polynomial ``start`` [...] if given.
+
+    A token with q u > θ has surely arrived: factor a (1 + r η) z. Otherwise b (1 + ρ z + q ζ + ρ r z η)
+    with ρ = (e^{qu} − 1) e^{−tw}. One cumulative sum of positive terms per order and monomial.
+    """
+    qu = q * u
+    qu = np.broadcast_to(qu, np.broadcast_shapes(qu.shape, np.shape(tw)))
+    sure = qu > _THETA
+    with np.errstate(divide="ignore"):
+        scale = np.where(sure, np.log(-np.expm1(-qu)) - tw, -qu)
+    rho = np.where(sure, 0.0, np.expm1(np.minimum(qu, _THETA)) * np.exp(-tw))
+    kap = np.where(sure, 0.0, np.broadcast_to(q, rho.shape))
+    shift = sure.astype(np.int64)
+    sig = rr = None
+    if monomials == 4:  # a marked token: surely arrived σ = r, else ρ r z η
+        sig, rr = np.where(sure, marks, 0.0), np.where(sure, 0.0, rho * marks)
+    if reverse:
+        scale, shift, rho, kap = scale[..., ::-1], shift[..., ::-1], rho[..., ::-1], kap[..., ::-1]
+        if monomials == 4:
+            sig, rr = sig[..., ::-1], rr[..., ::-1]
+    coef = np.zeros((monomials, k, *rho.shape[:-1], rho.shape[-1] + 1))
+    scale_sum = np.zeros((*scale.shape[:-1], scale.shape[-1] + 1))
+    shift_sum = np.zeros((*shift.shape[:-1], shift.shape[-1] + 1), dtype=np.int64)
+    if start is None:
+        coef[0, 0] = 1.0
+    else:
+        coef[..., 0] = start[2]
+        coef[0, 0] = coef[0, 0][..., :1]  # [z^0] of a factor is 1: the start's constant term throughout
+        scale_sum[..., 0], shift_sum[..., 0] = start[0], start[1]
+
+    def run(x: int, c: int, step: np.ndarray) -> None:  # coef[x, c] from its start by the increments
+        np.cumsum(step, axis=-1, out=coef[x, c][..., 1:])
+        coef[x, c][..., 1:] += coef[x, c][..., :1]
+
+    for c in range(k):
+        if c:
+            run(0, c, rho * coef[0, c - 1][..., :-1])
+        run(1, c, kap * coef[0, c][..., :-1] + (rho * coef[1, c - 1][..., :-1] if c else 0.0))
+        if monomials == 4:  # η: a surely arrived marked token (σ), or a marked arrival ρ r z
+            marked = sig * coef[0, c][..., :-1]
+            both = sig * coef[1, c][..., :-1]
+            if c:
+                marked = marked + rho * coef[2, c - 1][..., :-1] + rr * coef[0, c - 1][..., :-1]
+                both = both + rho * coef[3, c - 1][..., :-1] + rr * coef[1, c - 1][..., :-1]
+            run(2, c, marked)
+            run(3, c, both + kap * coef[2, c][..., :-1])
+    np.cumsum(scale, axis=-1, out=scale_sum[..., 1:])
+    scale_sum[..., 1:] += scale_sum[..., :1]
+    np.cumsum(shift, axis=-1, out=shift_sum[..., 1:])
+    shift_sum[..., 1:] += shift_sum[..., :1]
+    if reverse:
+        return scale_sum[..., ::-1], shift_sum[..., ::-1], coef[..., ::-1]
+    return scale_sum, shift_sum, coef
+
+
+# -- groups of light tokens ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """Light tokens of one (level, weight), summed by power series: per group its level, log-weight,
+    largest q (scale), mass and power sums Σ (q/scale)^n (marked: Σ r (q/scale)^n)."""
+
+    level: np.ndarray  # [G]
+    log_weight: np.ndarray  # [G]
+    scale: np.ndarray  # [G]
+    mass: np.ndarray  # [G]
+    power: np.ndarray  # [G, terms]
+    marked: np.ndarray | None  # [G, terms]
+
+
+def _group_log(
+    groups: _Groups, which: slice, u: np.ndarray, gamma: np.ndarray, k: int, monomials: int, damp=None
+):
+    """Coefficients of log Π_{i ∈ g} (1 + ρ_i z + q_i ζ + ρ_i r_i z η) at nodes u [U]: per group [M, k, U, G]
+    with ρ = e^{qu} − 1, or, given damp [k, T, G] = e^{−r t w_g}, summed over the groups [M, k, U, T].
+
+    log(1 + ρz) = Σ_r (−1)^{r+1} Σρ^r z^r / r; ζ part q / (1 + ρz); η part ρ r z / (1 + ρ z); ζη part
+    −q ρ r z / (1 + ρz)². Sums of (e^{qu} − 1)^r are Σ_n γ[r, n] u^n Σ q^n (Stirling series).
+    """
+    x = groups.scale[which] * u[:, None]  # [U, G], at most 1/2
+    series = x[..., None] ** np.arange(_TERMS)  # [U, G, n]
+    shifted = np.concatenate([groups.power[which, 1:], np.zeros((x.shape[1], 1))], axis=1)
+    sums = [np.einsum("rn,ugn,gn->rug", gamma[:k], series, groups.power[which])]  # Σ ρ^r
+    sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, shifted) * groups.scale[which])  # Σ q ρ^r
+    if monomials == 4:
+        marked = groups.marked[which]
+        shifted = np.concatenate([marked[:, 1:], np.zeros((x.shape[1], 1))], axis=1)
+        sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, marked))  # Σ r ρ^r
+        sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, shifted) * groups.scale[which])
+    if damp is not None:  # Σ_g e^{−r t w_g} (...)_g: one matrix product per order r
+        sums = [np.einsum("rug,rtg->rut", s, damp) for s in sums]
+    r = np.arange(k).reshape((k,) + (1,) * (sums[0].ndim - 1))
+    alt = np.where(r % 2 == 1, 1.0, -1.0)  # (−1)^{r+1}
+    out = np.zeros((monomials, *sums[0].shape))
+    out[0] = np.where(r > 0, alt / np.maximum(r, 1), 0.0) * sums[0]
+    out[1] = -alt * sums[1]
+    if monomials == 4:
+        out[2] = np.where(r > 0, alt, 0.0) * sums[2]
+        out[3] = -np.where(r > 0, alt * r, 0.0) * sums[3]
+    return out
+
+
+def _exp(scale, log_coef: np.ndarray, k: int):
+    """exp(scale + L(z) + ζ M(z) + η N(z) + ζη O(z)) mod (z^k, ζ², η²) as a polynomial (shift 0):
+    e^L (1 + ζ M + η N + ζη (M N + O))."""
+    monomials = log_coef.shape[0]
+    e = np.zeros(log_coef.shape[1:])
+    e[0] = 1.0
+    for c in range(1, k):
+        e[c] = sum(r * log_coef[0, r] * e[c - r] for r in range(1, c + 1)) / c
+
+    def times(a, b):
+        return np.stack([sum(a[r] * b[c - r] for r in range(c + 1)) for c in range(k)])
+
+    coef = [e, times(e, log_coef[1])]
+    if monomials == 4:
+        coef += [times(e, log_coef[2]), times(e, times(log_coef[1], log_coef[2]) + log_coef[3])]
+    scale = np.broadcast_to(scale, e.shape[1:])
+    return scale, np.zeros(scale.shape, dtype=np.int64), np.stack(coef)
+
+
+def _series(cz: np.ndarray, c0: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Σ_n x^n cz[n] − Σ_n x^(n+1) c0[n] for the members' x = q / scale [m] (Horner)."""
+    out = np.zeros_like(x)
+    for n in range(cz.size - 1, -1, -1):
+        out = out * x + cz[n] - x * c0[n]
+    return out
+
+
+# -- the integrals ------------------------------------------------------------------------------------------
+
+
+def _u_grid(q: np.ndarray, k: int, h: float) -> np.ndarray:
+    """log u nodes [U] from u^{k+1} ~ 1e-17 to λ_k u = 50, λ_k = q outside the k most likely."""
+    rest = np.sort(q)[: max(q.size - k, 0)].sum()  # summed from the smallest: no cancellation
+    s_min = math.log((_LEFT * math.factorial(k + 1)) ** (1.0 / (k + 1)))
+    tail = math.log(50.0 + 3.0 * k)
+    s_max = tail if rest == 0.0 else max(math.log(_TAIL / rest), tail)  # rest = 0: k tokens, always drafted
+    return s_min + h * np.arange(math.ceil((s_max - s_min) / h) + 1)
+
+
+def light_tokens(q: np.ndarray, k: int) -> np.ndarray:
+    """Tokens [n] bool whose q u stays below 1/2 on the u-grid of k drafts from q: the tokens that
+    :func:`luce_law` sums as groups when they share a level and a weight (with :data:`GROUP` or more).
+
+    >>> light_tokens(np.array([0.5, 0.3, 0.2 - 1e-4, 1e-4]), 2).tolist()  # u reaches 50 / 0.2 = 250
+    [False, False, False, True]
+    """
+    s = _u_grid(q[q > 0], k, default_step(k))
+    return (q > 0) & (q * math.exp(s[-1]) <= _LIGHT)
+
+
+def _t_rule(log_w: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes t [T] and weights [T] for ∫_0^∞ dt of a level with weights exp(log_w) (max 1).
+
+    One weight: Gauss-Legendre in x = e^{−t} with ⌈k/2⌉ nodes, exact (the integrand is a polynomial of
+    degree < k in x). Several: the trapezoid rule of step :data:`T_STEP` in σ = log t from σ_0 = −20,
+    the nodes below σ_0 summed as f(0) h e^{σ_0} / (e^h − 1) (a node at t = 0; f(t) = f(0) + O(t) with
+    |f'| <= k f, so the remainder is below k e^{2σ_0} relative).
+    """
+    if np.all(log_w == 0.0):
+        x, w = np.polynomial.legendre.leggauss(max(1, (k + 1) // 2))
+        x, w = (x + 1.0) / 2.0, w / 2.0
+        return -np.log(x), w / x
+    high = math.log(_TAIL) - float(log_w.min())
+    t = np.exp(_T_LOW + T_STEP * np.arange(math.ceil((high - _T_LOW) / T_STEP) + 1))
+    tail = T_STEP * math.exp(_T_LOW) / math.expm1(T_STEP)
+    return np.r_[0.0, t], np.r_[tail, T_STEP * t]
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The support sorted by (level, q descending), split into explicit tokens and groups."""
+
+    k: int
+    u: np.ndarray  # [U]
+    h: float
+    monomials: int
+    tokens: np.ndarray  # [m] positions in the caller's arrays
+    grouped: np.ndarray  # [m] bool
+    gid: np.ndarray  # [m] group of a grouped token, else −1
+    level: np.ndarray  # [m]
+    q: np.ndarray  # [m]
+    log_weight: np.ndarray  # [m]
+    marks: np.ndarray  # [m] residual marks r (zeros for the law)
+    groups: _Groups
+    gamma: np.ndarray
+
+
+def _problem(q, level, log_weight, k, h, group, marks) -> _Problem:
+    """Sort the support by (level, weight, q descending) and split it into explicit tokens and groups."""
+    support = np.flatnonzero(q > 0)
+    s = _u_grid(q[support], k, h)
+    tokens = support[np.lexsort((-q[support], log_weight[support], level[support]))]
+    qs, lev, lw = q[tokens], level[tokens], log_weight[tokens]
+    r = np.zeros(qs.size) if marks is None else marks[tokens]
+    light = qs * math.exp(s[-1]) <= _LIGHT
+    run = np.cumsum(np.r_[True, (np.diff(lev) != 0) | (np.diff(lw) != 0)]) - 1  # one (level, weight)
+    grouped = light & (np.bincount(run[light], minlength=run[-1] + 1)[run] >= group)
+    gid = np.full(qs.size, -1)
+    _, gid[grouped] = np.unique(run[grouped], return_inverse=True)
+    starts = np.flatnonzero(np.r_[True, np.diff(gid[grouped]) != 0]) if grouped.any() else np.zeros(0, int)
+    member_q = qs[grouped]
+    scale = member_q[starts] if starts.size else np.zeros(0)  # the first member has the largest q
+    mass = np.add.reduceat(member_q, starts) if starts.size else np.zeros(0)
+    power, marked = (
+        np.zeros((starts.size, _TERMS)),
+        None if marks is None else np.zeros((starts.size, _TERMS)),
+    )
+    if starts.size:  # Σ (q/scale)^n per group, one product and one segmented sum per power
+        ratio, term = member_q / scale[gid[grouped]], np.ones(member_q.size)
+        for n in range(_TERMS):
+            power[:, n] = np.add.reduceat(term, starts)
+            if marked is not None:
+                marked[:, n] = np.add.reduceat(r[grouped] * term, starts)
+            term = term * ratio
+    groups = _Groups(lev[grouped][starts], lw[grouped][starts], scale, mass, power, marked)
+    monomials = 2 if marks is None else 4
+    return _Problem(
+        k, np.exp(s), h, monomials, tokens, grouped, gid, lev, qs, lw, r, groups, _stirling_series(k, _TERMS)
+    )
+
+
+@dataclass(frozen=True)
+class _Levels:
+    """Where each level sits: its explicit tokens [xa, xb), its groups [ga, gb), the mass above it, and
+    the t-rule of the levels that integrate over t (nodes, weights, the level's largest log-weight)."""
+
+    explicit: np.ndarray  # [nx] sorted positions of the explicit tokens
+    higher: np.ndarray  # [L]
+    xa: np.ndarray
+    xb: np.ndarray
+    ga: np.ndarray
+    gb: np.ndarray
+    singles: np.ndarray  # levels holding one explicit token and no group (no t)
+    rules: dict  # level index -> (t [T], weights [T], top log-weight)
+
+
+def _levels(pb: _Problem, only: np.ndarray | None) -> _Levels:
+    explicit = np.flatnonzero(~pb.grouped)
+    xlev, gr = pb.level[explicit], pb.groups
+    levels = np.unique(pb.level)
+    before = np.concatenate([[0.0], np.cumsum(pb.q)])  # mass of the tokens before each sorted position
+    higher = before[np.searchsorted(pb.level, levels, side="left")]
+    xa, xb = np.searchsorted(xlev, levels, side="left"), np.searchsorted(xlev, levels, side="right")
+    ga, gb = np.searchsorted(gr.level, levels, side="left"), np.searchsorted(gr.level, levels, side="right")
+    single = (xb - xa == 1) & (ga == gb)
+    wanted = np.ones(levels.size, dtype=bool) if only is None else np.isin(levels, only)
+    rules = {}
+    for i in np.flatnonzero(wanted & ~single):
+        lw = np.concatenate([pb.log_weight[explicit[xa[i] : xb[i]]], gr.log_weight[ga[i] : gb[i]]])
+        rules[int(i)] = (*_t_rule(lw - lw.max(), pb.k), lw.max())
+    return _Levels(explicit, higher, xa, xb, ga, gb, np.flatnonzero(wanted & single), rules)
+
+
+class _Integrator:
+    """The per-token integrals of w a_y [z^{k−1} μ] Π_{i ≠ y} over (u, t): F(y) for μ = ζ, the marked
+    integral for μ = ζη, accumulated over blocks of u-nodes (the products over lower levels change with u)."""
+
+    def __init__(self, pb: _Problem, only: np.ndarray | None) -> None:
+        self.pb, self.lv = pb, _levels(pb, only)
+        self.target, self.base = (1, 0) if pb.monomials == 2 else (3, 2)  # μ, and μ without ζ
+        self.result = np.zeros(pb.q.size)
+        self.psi = {i: np.zeros((2, self.lv.gb[i] - self.lv.ga[i], pb.k, pb.u.size)) for i in self.lv.rules}
+        ex = self.lv.explicit
+        self.xq, self.xlw, self.xr = pb.q[ex], pb.log_weight[ex], pb.marks[ex]
+
+    @property
+    def nodes(self) -> int:
+        return self.pb.u.size * (1 + sum(rule[0].size for rule in self.lv.rules.values()))
+
+    def run(self) -> np.ndarray:
+        pb, lv = self.pb, self.lv
+        width = max(1, _BLOCK // (lv.explicit.size + pb.groups.scale.size + 1))
+        for start in range(0, pb.u.size, width):
+            ub = slice(start, min(start + width, pb.u.size))
+            self._block(ub)
+        for i in lv.rules:
+            self._group_values(i)
+        return self.result
+
+    def _block(self, ub: slice) -> None:
+        """Every level's contribution at the u-nodes ub."""
+        pb, lv, k = self.pb, self.lv, self.pb.k
+        uu = pb.u[ub]
+        self.lower = _scan(self.xq, uu[:, None], 0.0, self.xr, k, pb.monomials, reverse=True)
+        g_log = _group_log(pb.groups, slice(None), uu, pb.gamma, k, pb.monomials)  # [M, k, Ub, G]
+        tail = np.zeros(g_log.shape[:-1] + (1,))
+        self.g_suffix = np.concatenate([np.cumsum(g_log[..., ::-1], axis=-1)[..., ::-1], tail], axis=-1)
+        mass = np.concatenate([np.cumsum(pb.groups.mass[::-1])[::-1], [0.0]])
+        self.g_scale = -uu[:, None] * mass[None, :]  # [Ub, G + 1]
+        if lv.singles.size:  # one explicit token alone at its level: no t
+            y = lv.xa[lv.singles]
+            top = self._context_top(uu, lv.singles, y + 1)
+            val = -np.expm1(-self.xq[y][None, :] * uu[:, None]) * top
+            self.result[lv.explicit[y]] += (val * (uu * pb.h)[:, None]).sum(0)
+        for i in lv.rules:
+            ctx = self._context(uu, np.array([i]), np.array([lv.xb[i]]))
+            ctx = tuple(a[..., 0] for a in ctx)  # [.., Ub]
+            t = lv.rules[i][0]
+            inner = max(1, _BLOCK // (t.size * (lv.xb[i] - lv.xa[i] + lv.gb[i] - lv.ga[i] + 1)))
+            for a in range(0, uu.size, inner):
+                sub = slice(a, min(a + inner, uu.size))
+                self._level(i, uu[sub], tuple(x[..., sub, None] for x in ctx), ub.start + a)
+
+    def _below(self, levels: np.ndarray, at: np.ndarray):
+        """The tokens below the levels: the explicit ones from position ``at`` on, times the groups after
+        the level (None where there are none, for every level): polynomials [.., Ub, L]."""
+        lo_x = tuple(a[..., at] for a in self.lower)
+        gb = self.lv.gb[levels]
+        if np.all(gb == self.pb.groups.scale.size):
+            return lo_x, None
+        ids, inverse = np.unique(gb, return_inverse=True)  # many levels share the groups below them
+        lo_g = _exp(self.g_scale[:, ids], self.g_suffix[..., ids], self.pb.k)
+        return lo_x, tuple(a[..., inverse] for a in lo_g)
+
+    def _context(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray):
+        """Tokens of the levels above (none arrived: e^{−u Q_H}(1 + Q_H ζ)) times those below (from
+        explicit position ``at`` on): a polynomial [.., Ub, L]."""
+        lo_x, lo_g = self._below(levels, at)
+        poly = _above(lo_x, uu[:, None] * self.lv.higher[levels][None, :], self.lv.higher[levels][None, :])
+        return poly if lo_g is None else _multiply(poly, lo_g, self.pb.k)
+
+    def _context_top(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """[z^{k−1} μ] of :meth:`_context` without forming it: [Ub, L]."""
+        lo_x, lo_g = self._below(levels, at)
+        poly = _above(lo_x, uu[:, None] * self.lv.higher[levels][None, :], self.lv.higher[levels][None, :])
+        if lo_g is None:
+            return _top(poly, self.pb.k, self.target)
+        return _top_product(poly, lo_g, self.pb.k, self.target)
+
+    def _level(self, i: int, un: np.ndarray, ctx, u_first: int) -> None:
+        """Level i at u-nodes un [Us] with its context [.., Us, 1]: explicit members' integrals, and the
+        t-integrals psi of its groups' kernels w e^{−(m+1) t w} Φ_{k−1−m} (Φ the product over all)."""
+        pb, lv, k = self.pb, self.lv, self.pb.k
+        t, tw, top_w = lv.rules[i]
+        members, groups = slice(lv.xa[i], lv.xb[i]), slice(lv.ga[i], lv.gb[i])
+        wx = np.exp(self.xlw[members] - top_w)
+        wg = np.exp(pb.groups.log_weight[groups] - top_w)
+        if lv.gb[i] > lv.ga[i]:
+            damp = np.exp(-np.arange(k)[:, None, None] * (t[:, None] * wg[None, :])[None])  # [k, T, G]
+            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, damp)  # [M, k, Us, T]
+            ctx = _multiply(ctx, _exp(-un[:, None] * pb.groups.mass[groups].sum(), logs, k), k)
+        tw_x = t[:, None] * wx[None, :]  # [T, nx]
+        xq, xr = self.xq[members], self.xr[members]
+        start = tuple(np.broadcast_to(x, x.shape[:-1] + (t.size,)) for x in ctx)  # [.., Us, T]
+        pre = _scan(xq, un[:, None, None], tw_x, xr, k, pb.monomials, reverse=False, start=start)
+        measure = (un * pb.h)[:, None] * tw[None, :]  # du dt = u h · (t-weight)  [Us, T]
+        if lv.xb[i] > lv.xa[i]:
+            suf = _scan(xq, un[:, None, None], tw_x, xr, k, pb.monomials, reverse=True)
+            with np.errstate(divide="ignore"):
+                log_wa = np.log(wx) + np.log(-np.expm1(-xq * un[:, None, None])) - tw_x
+            loo = _top_product(
+                tuple(x[..., :-1] for x in pre), tuple(x[..., 1:] for x in suf), k, self.target
+            )
+            val = np.exp(log_wa) * loo * measure[..., None]
+            self.result[lv.explicit[members]] += val.sum((0, 1))
+        if lv.gb[i] > lv.ga[i]:
+            phi = tuple(x[..., -1] for x in pre)  # Φ: the product over every token [.., Us, T]
+            nodes = slice(u_first, u_first + un.size)
+            for which, monomial in ((0, self.target), (1, self.base)):
+                for m in range(k):
+                    v = _top((phi[0], phi[1] + m, phi[2]), k, monomial)  # Φ_{k−1−m} [Us, T]
+                    kern = (tw[:, None] * wg[None, :]) * np.exp(-(m + 1) * t[:, None] * wg[None, :])  # [T, G]
+                    self.psi[i][which, :, m, nodes] = (v @ kern).T
+
+    def _group_values(self, i: int) -> None:
+        """Members of level i's groups: w Σ_m (−1)^m ρ^{m+1} (Φ^μ − (m+1) q Φ^{μ∖ζ})_{k−1−m}, as a power
+        series in q per group (Stirling series of (e^{qu} − 1)^{m+1})."""
+        pb, k, u = self.pb, self.pb.k, self.pb.u
+        sign = np.where(np.arange(k) % 2 == 0, 1.0, -1.0)
+        gamma = pb.gamma[1 : k + 1]
+        for j, gi in enumerate(range(self.lv.ga[i], self.lv.gb[i])):
+            mine = np.flatnonzero(pb.gid == gi)
+            scale = pb.groups.scale[gi]
+            powers = (scale * u)[None, :] ** np.arange(_TERMS)[:, None]  # [n, U]
+            moments = np.einsum("nu,wmu,u->wmn", powers, self.psi[i][:, j], u * pb.h)
+            cz = np.einsum("m,mn,mn->n", sign, gamma, moments[0])
+            c0 = scale * np.einsum("m,mn,mn->n", sign * np.arange(1, k + 1), gamma, moments[1])
+            self.result[mine] = _series(cz, c0, pb.q[mine] / scale)
+
+
+# -- public -------------------------------------------------------------------------------------------------
+
+
+def _check(q, level, log_weight, k):
+    q = np.asarray(q, dtype=np.float64)
+    level, log_weight = np.asarray(level), np.asarray(log_weight, dtype=np.float64)
+    if q.ndim != 1 or level.shape != q.shape or log_weight.shape != q.shape:
+        raise ValueError(
+            f"q, level and log_weight must be vectors of one length; got {q.shape}, "
+            f"{level.shape}, {log_weight.shape}"
+        )
+    if not np.all(np.isfinite(log_weight[q > 0])):
+        raise ValueError("log_weight must be finite where q > 0")
+    if np.count_nonzero(q) < k:
+        raise ValueError(f"q must have at least k = {k} positive entries, got {np.count_nonzero(q)}")
+    return q, level, log_weight
+
+
+def luce_law(
+    q: np.ndarray,
+    level: np.ndarray,
+    log_weight: np.ndarray,
+    k: int,
+    step: float | None = None,
+    group: int = GROUP,
+    only: np.ndarray | None = None,
+) -> LuceLaw:
+    """The law F of the Luce rule with levels (module docstring) for k drafts without replacement from q.
+
+    Parameters
+    ----------
+    q : ndarray [n]
+        Draft distribution (float64, at least k positive entries).
+    level : ndarray [n] of int
+        Priority level of each token, lower first; only the order of the values matters.
+    log_weight : ndarray [n]
+        log w(y), finite where q > 0; only differences within a level matter.
+    k : int
+        Drafts per step.
+    step : float, optional
+        Trapezoid step in log u and log t (default :func:`default_step`; coarser is cheaper, and ``error``
+        says by how much the law may then be off).
+    group : int
+        Least number of light tokens of one (level, weight) summed as a group.
+    only : ndarray of int, optional
+        Levels to compute (the others come back 0): a solver adjusting some levels' weights.
+
+    Returns
+    -------
+    LuceLaw
+        F [n] (0 where q = 0) and a bound on its L1 error.
+
+    >>> from mdsd import WithoutReplacement
+    >>> q, w = np.array([0.5, 0.3, 0.2]), np.array([1.0, 1.0, 2.0])
+    >>> law = luce_law(q, np.zeros(3, dtype=int), np.log(w), 2).law
+    >>> exact = np.zeros(3)
+    >>> for x, prob in WithoutReplacement(2).joint(q).items():
+    ...     exact[list(x)] += prob * w[list(x)] / w[list(x)].sum()
+    >>> bool(np.abs(law - exact).max() < 1e-14)
+    True
+    """
+    q, level, log_weight = _check(q, level, log_weight, k)
+    out = np.zeros(q.size)
+    support = np.flatnonzero(q > 0)
+    if support.size == k or k == 1:  # the drafts are the whole support, or one draw of q
+        lev = level[support]
+        top = lev == lev.min() if k > 1 else np.ones(support.size, dtype=bool)
+        w = np.where(top, np.exp(log_weight[support] - log_weight[support][top].max()), 0.0)
+        out[support] = q[support] if k == 1 else w / w.sum()
+        return LuceLaw(out, 0.0, 0)
+    h = default_step(k) if step is None else float(step)
+    integrator = _Integrator(_problem(q, level, log_weight, k, h, group, None), only)
+    out[integrator.pb.tokens] = integrator.run()
+    return LuceLaw(out, quadrature_error(h, k) + _ROUNDING, integrator.nodes)
+
+
+def luce_hits(
+    q: np.ndarray,
+    level: np.ndarray,
+    log_weight: np.ndarray,
+    k: int,
+    reject: np.ndarray,
+    residual: np.ndarray,
+    step: float | None = None,
+    group: int = GROUP,
+) -> float:
+    r"""Σ_z reject(z) E[1{z ∈ S} s(z | S) Σ_{y ∈ S ∖ z} residual(y)] for the Luce rule with levels.
+
+    With reject = (1 − p/F)+ and residual = norm((p − F)+), this is the probability that the two-step
+    verifier rejects its selection and the residual draw lands on another draft: the second term of its
+    acceptance (:mod:`mdsd.verifiers.twostep`). Same integral as :func:`luce_law` with every arrived token
+    marked by η residual(y) and the coefficient of ζη taken. ``reject`` and ``residual`` must not both be
+    positive on one token. Its error is at most the law's, relative.
+
+    >>> q, level = np.array([0.5, 0.3, 0.2]), np.zeros(3, dtype=int)
+    >>> hits = luce_hits(q, level, np.zeros(3), 2, np.array([1.0, 0, 0]), np.array([0, 1.0, 0]))
+    >>> round(hits, 12)  # token 0 selected half the time when {0, 1} is drafted
+    0.257142857143
+    """
+    q, level, log_weight = _check(q, level, log_weight, k)
+    reject, residual = np.asarray(reject, dtype=np.float64), np.asarray(residual, dtype=np.float64)
+    if np.any((reject > 0) & (residual > 0)):
+        raise ValueError("reject and residual must not both be positive on a token")
+    if k == 1 or np.count_nonzero(q) == k:
+        return float(_hits_by_sets(q, level, log_weight, k, reject, residual))
+    h = default_step(k) if step is None else float(step)
+    kept = np.unique(level[(reject > 0) & (q > 0)])  # the levels whose selections may be rejected
+    if kept.size == 0:
+        return 0.0
+    level, mine = merge_levels(level, kept), np.isin(level, kept)
+    log_weight = np.where(mine, log_weight, 0.0)  # the others' weights do not matter
+    integrator = _Integrator(_problem(q, level, log_weight, k, h, group, residual), np.unique(level[mine]))
+    return float(reject[integrator.pb.tokens] @ integrator.run())
+
+
+def merge_levels(level: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Levels [n] with every run of levels between two ``kept`` ones merged into one.
+
+    A level's law depends only on which tokens lie above it and which below, not on their levels or
+    weights; merged (and given one weight), the light ones among them are summed as groups.
+
+    >>> merge_levels(np.array([0, 1, 2, 3, 4, 4]), np.array([2])).tolist()
+    [0, 0, 1, 2, 2, 2]
+    """
+    values = np.unique(level)
+    keep = np.isin(values, kept)
+    new = np.cumsum(keep | np.r_[True, keep[:-1]]) - 1  # a new id at each kept level and after it
+    return new[np.searchsorted(values, level)]
+
+
+def _hits_by_sets(q, level, log_weight, k, reject, residual) -> float:
+    """luce_hits where the drafts are certain (the whole support) or single (k = 1: no other draft)."""
+    if k == 1:
+        return 0.0
+    support = np.flatnonzero(q > 0)
+    lev = level[support]
+    top = lev == lev.min()
+    w = np.where(top, np.exp(log_weight[support] - log_weight[support][top].max()), 0.0)
+    share = w / w.sum()
+    marks = residual[support]
+    return float(sum(reject[z] * share[i] * (marks.sum() - marks[i]) for i, z in enumerate(support)))

@@ -1,0 +1,240 @@
+r"""Levels and weights of a Luce rule whose selection law is the optimal one, for drafts without replacement.
+
+**Every base is a Luce law (with levels).** Let g(A) = P(set(x̄) ∩ A ≠ ∅) and F a selection law in its
+base polytope (F(A) <= g(A) for every token set, F(V) = 1); the optimal laws of the two-step verifier are
+such bases (:func:`mdsd.otm.selection.optimal_selection_law`). Consider, over log-weights θ,
+
+.. math:: L(\theta) = \sum_y F(y)\, \theta_y - \sum_S Q(S) \log \sum_{y \in S} e^{\theta_y},
+          \qquad \nabla L = F - F_\theta,
+
+the log-likelihood of a Luce model that chose y with frequency F(y) from sets drawn with law Q. It is
+concave, and along a direction d with values v_1 > ... > v_r on D_1, ..., D_r its slope at infinity is
+Σ_j (v_j − v_{j+1}) (F − g)(D_1 ∪ ... ∪ D_j) <= 0, < 0 unless some D_1 ∪ ... ∪ D_j is tight
+(F = g there). So when no proper set is tight, L attains its maximum and the Luce law there is exactly F.
+A tight set A must come first: every tuple meeting A selects in A, a priority level; g splits along it
+(g(A ∪ X) − g(A) = P(set(x̄) ∩ A = ∅, set(x̄) ∩ X ≠ ∅) is again such a function), so a maximal chain of tight
+sets gives levels, each with finite weights. Hence a Luce rule with levels realises every base, for any
+draft law (proved here; it answers whether the Luce family can reach α*: it can, whenever an optimal base
+is known).
+
+**The construction used.** The closed-form optimal F* (p/q descending order, prefixes P_i) comes with the
+slack g(P_i) − F*(P_i); the tight prefixes cut the order into levels (contiguous blocks: most real pairs
+give one long block plus single tokens). Within a level the weights maximise L, by Hunter's MM step
+θ ← θ + log F* − log F_θ (a majorise-minimise step of L, monotone) accelerated by Anderson mixing, with
+F_θ from :func:`mdsd.verifiers.luce.luce_law` at a coarse step. Tight sets that are not prefixes drive
+some weights apart; log-weights are kept within a level's range (:data:`SPREAD`), the limit being
+approached. Whatever the weights reached, the law used for verification is computed afresh at the fine
+step for exactly those weights, so an unconverged solve costs acceptance, never correctness.
+
+**Many light tokens.** Where a level holds more than :data:`MANY` tokens light enough to be summed in
+groups by :func:`~mdsd.verifiers.luce.luce_law`, they share weights by bins of log(F*/q) (for a light
+token F ≈ q ψ(w), ψ increasing, so tokens of one ratio want one weight), and the solver fits each bin's
+total target; the bins' width trades acceptance (about width/8 of their target mass) for nodes.
+
+Luce (1959); Hunter, "MM algorithms for generalized Bradley-Terry models", Ann. Statist. 2004; Walker &
+Ni, "Anderson acceleration for fixed-point iterations", SIAM J. Numer. Anal. 2011.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mdsd.laws import WithoutReplacement
+from mdsd.otm.selection import optimal_selection_law
+from mdsd.sampling import inverse_cdf
+from mdsd.verifiers.luce import light_tokens, luce_law, merge_levels
+from mdsd.verifiers.ops import take
+
+__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
+
+COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
+TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the solver's units is below this (coarse law)
+STALL = 8  # ... or once this many steps have not lowered it (the coarse law's rounding floor)
+ITERATIONS = 40  # most MM / Anderson steps
+HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
+SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
+TIGHT = 1e-12  # a prefix whose slack g − F* is at most this is a level boundary
+MANY = 2048  # a level with more light free tokens than this bins them (see _units)
+BIN_LOSS = 2e-5  # acceptance a level's bins may cost (sets their width)
+WIDTHS = (0.005, 1.0)  # least and largest bin width in log(F*/q)
+
+
+@dataclass(frozen=True)
+class LuceRule:
+    """A Luce rule with levels for one pair, its exact law and what it reaches.
+
+    Attributes
+    ----------
+    level : ndarray [n] of int
+        Priority level of each token (0 first).
+    log_weight : ndarray [n]
+        log w within the level (max 0 per level).
+    law : ndarray [n]
+        F of this rule (:func:`mdsd.verifiers.luce.luce_law`, default step), 0 where q = 0.
+    error : float
+        Bound on Σ |law − F| (the quadrature's).
+    target : ndarray [n]
+        The optimal F* the weights were fitted to.
+    distance : float
+        Σ |F_θ − F*| over the solver's units (tokens, or bins of light tokens) at its last step (coarse law).
+    iterations : int
+        Solver steps taken.
+    """
+
+    level: np.ndarray
+    log_weight: np.ndarray
+    law: np.ndarray
+    error: float
+    target: np.ndarray
+    distance: float
+    iterations: int
+
+
+def levels_of(order: np.ndarray, slack: np.ndarray, tight: float = TIGHT) -> np.ndarray:
+    """Levels [n] from the tight prefixes of ``order`` [n] (slack [n + 1] per prefix length).
+
+    >>> levels_of(np.array([2, 0, 1]), np.array([0.0, 0.0, 0.1, 0.0])).tolist()  # cut after token 2
+    [1, 1, 0]
+    """
+    cut = np.zeros(order.size, dtype=np.int64)
+    cut[1:] = slack[1:-1] <= tight  # a level starts after every tight proper prefix
+    level = np.empty(order.size, dtype=np.int64)
+    level[order] = np.cumsum(cut)
+    return level
+
+
+def _anderson(x: np.ndarray, r: np.ndarray, xs: list, rs: list, scale: np.ndarray) -> np.ndarray:
+    """One Anderson step from iterate x with fixed-point residual r (history xs, rs; weights scale)."""
+    xs.append(x.copy())
+    rs.append(r.copy())
+    del xs[: -(HISTORY + 1)], rs[: -(HISTORY + 1)]
+    if len(xs) == 1:
+        return x + r
+    dr = np.stack([b - a for a, b in zip(rs[:-1], rs[1:], strict=True)], axis=1)
+    dx = np.stack([b - a for a, b in zip(xs[:-1], xs[1:], strict=True)], axis=1)
+    gamma = np.linalg.lstsq(dr * scale[:, None], r * scale, rcond=None)[0]
+    return x + r - (dx + dr) @ gamma
+
+
+def _units(q: np.ndarray, target: np.ndarray, level: np.ndarray, free: np.ndarray, k: int) -> np.ndarray:
+    """The solver's unknowns: unit [n] (−1: not free). A free token is its own unit, except the light
+    tokens of a level holding more than :data:`MANY` of them: those share a unit per bin of log(F*/q)
+    (the weight a light token needs is a function of F*/q), of width δ = 8 · :data:`BIN_LOSS` / p(bin
+    tokens) within [:data:`WIDTHS`] (a bin's tokens then miss their F* by about δ/2, costing about δ/8 of
+    their mass in acceptance). Tokens with F* = 0 share a bin of their own."""
+    unit = np.full(q.size, -1)
+    light = light_tokens(q, k)
+    binned = np.zeros(q.size, dtype=bool)
+    count = 0
+    for lev in np.unique(level[free]):
+        mine = free & (level == lev)
+        many = mine & light
+        if np.count_nonzero(many) <= MANY:
+            continue
+        with np.errstate(divide="ignore"):
+            ratio = np.log(target[many]) - np.log(q[many])
+        width = float(np.clip(8.0 * BIN_LOSS / max(target[many].sum(), 1e-300), *WIDTHS))
+        finite = np.isfinite(ratio)
+        key = np.where(finite, np.floor((ratio - ratio[finite].min(initial=0.0)) / width), -1).astype(
+            np.int64
+        )
+        _, ids = np.unique(key, return_inverse=True)
+        unit[many] = count + ids.reshape(-1)
+        count += int(ids.max()) + 1
+        binned |= many
+    alone = free & ~binned
+    unit[alone] = count + np.arange(np.count_nonzero(alone))
+    return unit
+
+
+def luce_rule(
+    p: np.ndarray,
+    q: np.ndarray,
+    k: int,
+    tolerance: float = TOLERANCE,
+    iterations: int = ITERATIONS,
+    step: float | None = None,
+) -> LuceRule:
+    """Levels and weights whose Luce law approaches the optimal F* for k drafts without replacement.
+
+    p, q [n] float64 distributions (q with at least k positive entries); ``iterations`` caps the solver
+    (0: the starting weights F*/q); ``step`` is the fine step of the final law (default: the quadrature's
+    :func:`~mdsd.verifiers.luce.default_step`).
+
+    >>> rule = luce_rule(np.array([0.0, 0.5, 0.5]), np.array([0.6, 0.2, 0.2]), 2)
+    >>> rule.level.tolist(), bool(abs(rule.law[1:].sum() - 1.0) < 1e-12)  # token 0 last, never chosen
+    ([1, 0, 0], True)
+    """
+    target = optimal_selection_law(p, q, WithoutReplacement(k))
+    level = levels_of(target.order, target.slack)
+    drafted = q > 0
+    counts = np.bincount(level[drafted], minlength=level.max() + 1)
+    free = drafted & (counts[level] > 1)  # tokens whose weight matters
+    wanted = target.law
+    unit = _units(q, wanted, level, free, k)
+    units = int(unit.max()) + 1
+    unit_want = np.bincount(unit[free], weights=wanted[free], minlength=units)
+    unit_q = np.bincount(unit[free], weights=q[free], minlength=units)
+    with np.errstate(divide="ignore"):
+        x = np.log(unit_want) - np.log(unit_q)
+    unit_level = np.zeros(units, dtype=np.int64)
+    unit_level[unit[free]] = level[free]
+    x = _normalise(x, unit_level)
+    solved = np.unique(level[free])
+    merged = merge_levels(level, solved)  # for the solver: the levels in between as one level each
+    only = np.unique(merged[free])
+    distance, best, taken = np.inf, np.inf, 0
+    history: list[float] = []
+    xs: list = []
+    rs: list = []
+    scale = np.sqrt(unit_want)
+    theta = np.zeros(q.size)
+    for taken in range(1, iterations + 1):  # noqa: B007
+        theta[free] = x[unit[free]]
+        law = luce_law(q, merged, theta, k, step=COARSE, only=only).law
+        unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
+        distance = float(np.abs(unit_law - unit_want).sum())
+        history.append(distance)
+        if distance <= tolerance or (len(history) > STALL and min(history[-STALL:]) >= min(history[:-STALL])):
+            break
+        if distance > 4.0 * best:  # Anderson blew up: restart from a plain MM step
+            xs.clear()
+            rs.clear()
+        best = min(best, distance)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.clip(np.nan_to_num(np.log(unit_want) - np.log(unit_law), nan=0.0), -SPREAD, SPREAD)
+        x = _normalise(_anderson(x, r, xs, rs, scale), unit_level)
+    theta[free] = x[unit[free]]
+    final = luce_law(q, level, theta, k, step=step)
+    return LuceRule(level, theta, final.law, final.error, wanted, distance, taken)
+
+
+def _normalise(x: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Shift each level's log-weights x [U] (units of levels ``level`` [U]) to max 0, clipped to
+    [−SPREAD, 0] (−inf: a unit whose target is 0)."""
+    if x.size == 0:
+        return x
+    top = np.full(level.max() + 1, -np.inf)
+    np.maximum.at(top, level, np.where(np.isfinite(x), x, -np.inf))
+    out = x - np.where(np.isfinite(top[level]), top[level], 0.0)
+    return np.clip(np.nan_to_num(out, nan=0.0, neginf=-SPREAD), -SPREAD, 0.0)
+
+
+def luce_select(
+    level: torch.Tensor, log_weight: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
+    """The selected draft [*B]: among the drafts [*B, K] of the highest level (least ``level`` [*Bp, V]),
+    one with probability proportional to exp(``log_weight`` [*Bp, V]), by inversion of the uniform u [*B].
+
+    >>> level, lw = torch.tensor([0, 1, 0]), torch.log(torch.tensor([1.0, 5.0, 3.0], dtype=torch.float64))
+    >>> luce_select(level, lw, torch.tensor([[0, 1, 2]] * 2), torch.tensor([0.2, 0.3], dtype=torch.float64))
+    tensor([0, 2])
+    """
+    lev, lw = take(level, drafts), take(log_weight, drafts)  # [*B, K]
+    top = lev == lev.min(-1, keepdim=True).values
+    lw = torch.where(top, lw, -torch.inf)
+    w = torch.exp(lw - lw.max(-1, keepdim=True).values)
+    return drafts.gather(-1, inverse_cdf(w, u.unsqueeze(-1)))[..., 0]
