@@ -20,11 +20,11 @@ Writes benchmarks/results/NAME.json (+ .csv) and prints a table.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 
 import torch
+from timing import logit_pair, median_seconds
 
 import mdsd
 from mdsd.experiment import config_from_cli, write_results
@@ -52,38 +52,6 @@ class Config:
     out_dir: str = field(default="benchmarks/results", metadata={"help": "where NAME.json goes"})
 
 
-def timer(device: torch.device):
-    """median_seconds(call, repeats, warmup): CUDA events on a GPU, process CPU time on the CPU."""
-
-    def median_seconds(call, repeats: int, warmup: int) -> float:
-        for _ in range(warmup):
-            call()
-        times = []
-        for _ in range(repeats):
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                start = time.process_time()
-                call()
-                times.append(time.process_time() - start)
-        return statistics.median(times)
-
-    return median_seconds
-
-
-def logit_pair(gen: torch.Generator, rows: int, n: int, scale: float, noise: float, device: torch.device):
-    """Softmax pairs [rows, n] in float32: target logits scale·N(0,1), draft logits target + noise·N(0,1)."""
-    z = torch.randn(rows, n, generator=gen, device=device).mul_(scale)
-    p = torch.softmax(z, -1)
-    z.add_(torch.randn(rows, n, generator=gen, device=device).mul_(noise))
-    return p, torch.softmax(z, -1)
-
-
 def phases(p, q, drafts, k, gen, device) -> dict:
     """Seconds of the i.i.d. rule's phases on one call at B = 1: layout (sort + law), windows, depths."""
 
@@ -109,9 +77,9 @@ def phases(p, q, drafts, k, gen, device) -> dict:
     }
 
 
-def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device, median_seconds) -> list[dict]:
+def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device) -> list[dict]:
     """RRS, optimal and K-SEQ (k = 2) at B = 1 captured in one CUDA graph each, replay vs eager."""
-    p, q = logit_pair(gen, 1, cfg.n, cfg.scale, cfg.noise, device)
+    p, q = logit_pair(gen, 1, cfg.n, cfg.scale, cfg.noise)
     p, q = p[0], q[0]
     rows = []
     for name in ("rrs", "optimal", "kseq"):
@@ -131,9 +99,9 @@ def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device, median_s
             torch.cuda.current_stream().wait_stream(side)
             with torch.cuda.graph(graph):
                 v.verify_unchecked(p, q, drafts, gen)
-            row["graph_ms"] = 1e3 * median_seconds(graph.replay, 50, 3)
+            row["graph_ms"] = 1e3 * median_seconds(graph.replay, 50, 3, device)
             row["eager_ms"] = 1e3 * median_seconds(
-                lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen), 50, 3
+                lambda v=v, d=drafts: v.verify_unchecked(p, q, d, gen), 50, 3, device
             )
         except Exception as err:  # report what does not capture instead of stopping the run
             row["error"] = repr(err)[:300]
@@ -142,15 +110,15 @@ def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device, median_s
     return rows
 
 
-def verify_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.device, median_seconds) -> list:
+def verify_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.device) -> list:
     """The i.i.d. rule at every k and the fallback at ``wor_ks``, each beside RRS on the same batch."""
-    p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise, device)
+    p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
     if batch == 1:
         p, q = p[0], q[0]  # one node, as the decoder verifies it
     repeats = cfg.repeats if batch == 1 else cfg.big_repeats
 
     def seconds(v, drafts):
-        return median_seconds(lambda: v.verify_unchecked(p, q, drafts, gen), repeats, cfg.warmup)
+        return median_seconds(lambda: v.verify_unchecked(p, q, drafts, gen), repeats, cfg.warmup, device)
 
     ks, wor_ks = [int(k) for k in cfg.ks.split(",")], [int(k) for k in cfg.wor_ks.split(",") if k]
     rows, iid = [], {}
@@ -203,14 +171,13 @@ def main() -> None:
     cfg = config_from_cli(Config)
     torch.set_num_threads(cfg.threads)
     device = torch.device(cfg.device)
-    median_seconds = timer(device)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     start = time.perf_counter()
     rows = []
     for batch in (int(b) for b in cfg.batches.split(",")):
-        rows += verify_rows(cfg, batch, gen, device, median_seconds)
+        rows += verify_rows(cfg, batch, gen, device)
     if cfg.graph and device.type == "cuda":
-        rows += graph_rows(cfg, gen, device, median_seconds)
+        rows += graph_rows(cfg, gen, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()}-core CPU"
     load = os.getloadavg()[0]
     summary = {
