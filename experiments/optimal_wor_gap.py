@@ -145,11 +145,11 @@ def summary(rows: list[dict], config: Config) -> str:
                 str(len(group)),
                 f"{mean('alpha_iid'):.4f}",
                 f"{fall:.4f}",
-                f"{rrsw:.4f}{'' if k <= 2 else ' (est.)'}",
+                "—" if np.isnan(rrsw) else f"{rrsw:.4f}{'' if k <= 2 else ' (est.)'}",
                 f"{mean('luce'):.6f}",
                 f"{best:.6f}",
                 f"{best - fall:.4f}",
-                f"{best - rrsw:.4f}",
+                "—" if np.isnan(rrsw) else f"{best - rrsw:.4f}",
                 f"{gaps.mean():.1e}, {gaps.max():.1e}",
                 f"{mean('luce_steps'):.1f}",
                 f"{mean('luce_seconds'):.2f}",
@@ -203,7 +203,17 @@ def main(argv: list[str] | None = None) -> Path:
                     continue
                 figures = measure(p, q, k, config.samples, config.seed + int(row))
                 rows.append({"temperature": temperature, "k": k, "row": int(row), **figures})
-    write_results(out, "optimal_wor_gap", rows, config, config.seed)
+    provenance = {}
+    if config.source == "record":  # the models and prompt sets the pairs were recorded from
+        from mdsd.hf import describe_model, pair_paths
+        from mdsd.hf.record import RECORDED_SETS
+
+        target, draft = pair_paths("qwen2.5-coder")
+        provenance = {
+            "models": {"target": describe_model(target), "draft": describe_model(draft)},
+            "prompt_sets": list(RECORDED_SETS),
+        }
+    write_results(out, "optimal_wor_gap", rows, config, config.seed, **provenance)
     text = summary(rows, config)
     (out / "optimal_wor_gap.md").write_text(text)
     plot(rows, config, out / "optimal_wor_gap.png")
