@@ -30,13 +30,11 @@ import traceback
 import warnings
 from pathlib import Path
 
+import bench_decode  # beside this file: the script's folder is on the path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_decode, beside this file
-import bench_decode  # noqa: E402
-
-import mdsd  # noqa: E402
+import mdsd
 
 OUT = Path(os.environ.get("OUT") or "/tmp/gpu_out")
 SMALL = "--small" in sys.argv
