@@ -247,6 +247,9 @@ class _ResampleFromP:
     def draft_unchecked(self, q, generator):
         return self.inner.draft_unchecked(q, generator)
 
+    def reads_back(self, n):
+        return self.inner.reads_back(n)
+
     def verify_unchecked(self, p, q, drafts, generator):
         tokens, index = self.inner.verify_unchecked(p, q, drafts, generator)
         fresh = inverse_cdf(p, uniform((*index.shape, 1), generator, p.device))[..., 0]
