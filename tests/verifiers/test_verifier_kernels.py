@@ -34,6 +34,7 @@ def _sync_free(name, k):
         return mdsd.verifiers.OptimalVerifier(k, law="wor", wor_rule="fallback")
     return mdsd.verifier(name, k)
 
+
 # Python-level reads of a tensor's value on the host, and data-dependent shapes
 HOST_READS = {
     torch.Tensor: [
