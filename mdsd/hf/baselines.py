@@ -25,7 +25,8 @@ verified by speculative sampling (Leviathan et al. 2023). HF reads these three s
 ``generation_config`` only: passed to ``target.generate(...)`` they are silently ignored, which is why
 :func:`assisted` takes them as options and sets them there. **The draft samples at T², not T**: the
 assistant's ``generate`` receives the target's prepared logits processors (temperature T included) and adds
-its own temperature warper, so q = softmax(z_draft / T²) (0.36 at T = 0.6; T = 1 and greedy unaffected).
+its own temperature warper, so q = softmax(z_draft / T²) (0.36 at T = 0.6; T = 1 and greedy unaffected;
+transformers 4.54, the oldest this package supports, still drafted at T).
 HF verifies against that same q, so the output keeps the target's law; only its acceptance changes
 (transformers PR #40657 made the assistant see the target's processors; PR #40976 proposes an explicit
 assistant temperature). The tests pin this.
