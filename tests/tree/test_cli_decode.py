@@ -203,6 +203,18 @@ def test_decode_on_the_fast_path_gives_the_eager_paths_greedy_text(model_dirs, c
     assert texts[0] == texts[1] and texts[0]
 
 
+def test_decode_on_the_fast_path_refuses_a_verifier_that_reads_values_back_in_one_line(model_dirs, capsys):
+    """optimal:wor solves a flow or its Luce rule on the host: --compile names the eager path, exit 2."""
+    target, draft = model_dirs
+    code = main(
+        ["decode", "--target", str(target), "--draft", str(draft), "--tree", "binary:2", "--prompt", "a"]
+        + ["--verifier", "optimal:wor", "--temperature", "0.7", "--compile", "none"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "reads values back" in err.splitlines()[-1] and "compile=False" in err.splitlines()[-1]
+
+
 def test_decode_refuses_an_unknown_compile_backend_before_loading(model_dirs, capsys):
     target, draft = model_dirs
     code = main(
