@@ -205,14 +205,9 @@ def main(argv: list[str] | None = None) -> Path:
                 rows.append({"temperature": temperature, "k": k, "row": int(row), **figures})
     provenance = {}
     if config.source == "record":  # the models and prompt sets the pairs were recorded from
-        from mdsd.hf import describe_model, pair_paths
-        from mdsd.hf.record import RECORDED_SETS
+        from mdsd.hf.record import recording_provenance
 
-        target, draft = pair_paths("qwen2.5-coder")
-        provenance = {
-            "models": {"target": describe_model(target), "draft": describe_model(draft)},
-            "prompt_sets": list(RECORDED_SETS),
-        }
+        provenance = recording_provenance()
     write_results(out, "optimal_wor_gap", rows, config, config.seed, **provenance)
     text = summary(rows, config)
     (out / "optimal_wor_gap.md").write_text(text)

@@ -224,12 +224,9 @@ def main(argv: list[str] | None = None) -> None:
             rows += _rows(t, results, dataset[:n], tail)
         meta = {"source": source, "skipped": {f"T={t} {v} k={k}": c for (t, v, k), c in skipped.items()}}
         if config.record:  # the models and prompt sets the pairs were recorded from
-            from mdsd.hf import describe_model, pair_paths
-            from mdsd.hf.record import RECORDED_SETS
+            from mdsd.hf.record import recording_provenance
 
-            target, draft = pair_paths("qwen2.5-coder")
-            meta["models"] = {"target": describe_model(target), "draft": describe_model(draft)}
-            meta["prompt_sets"] = list(RECORDED_SETS)
+            meta.update(recording_provenance())
         write_results(out_dir, "real_acceptance", rows, config, config.seed, **meta)
         np.savez_compressed(out_dir / "per_position.npz", **per_position)
         _plot(rows, config, out_dir / "real_acceptance.png")

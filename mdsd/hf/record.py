@@ -14,11 +14,22 @@ the target and draft distributions a speculative decoder would compare when prop
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
+from tqdm import tqdm
 
 from mdsd.tree.cache import cache_keywords, returned_cache
 
-__all__ = ["sample_continuation", "next_token_logits", "record_prompt", "record_pairs", "RECORDED_SETS"]
+__all__ = [
+    "sample_continuation",
+    "next_token_logits",
+    "record_prompt",
+    "record_pairs",
+    "recording_provenance",
+    "RECORDED_SETS",
+]
 
 RECORDED_SETS = ("mt-bench", "humaneval", "news")  # the prompt sets record_pairs reads
 
@@ -114,11 +125,6 @@ def record_pairs(
     """Full-vocabulary pairs of the cached model ``pair`` on the prompts of :data:`RECORDED_SETS`:
     {T: (p [N, V], q [N, V], prompt set [N])}, p and q the softmax of the recorded logits at T (numpy
     float64). Each prompt's continuation is sampled from the target at ``sample_temperature``."""
-    import os
-
-    import numpy as np
-    from tqdm import tqdm
-
     from mdsd.data.prompts import prompts
     from mdsd.hf.load import load_pair, pair_paths
 
@@ -144,4 +150,17 @@ def record_pairs(
     return {
         t: (torch.softmax(zp_all / t, -1).numpy(), torch.softmax(zq_all / t, -1).numpy(), np.array(names))
         for t in temperatures
+    }
+
+
+def recording_provenance(pair: str = "qwen2.5-coder") -> dict:
+    """What :func:`record_pairs` read, for a results file's metadata: {"models": {role: description},
+    "prompt_sets": [...]} (:func:`mdsd.hf.describe_model` of the cached pair)."""
+    from mdsd.hf.fetch import describe_model
+    from mdsd.hf.load import pair_paths
+
+    target, draft = pair_paths(pair)
+    return {
+        "models": {"target": describe_model(target), "draft": describe_model(draft)},
+        "prompt_sets": list(RECORDED_SETS),
     }
