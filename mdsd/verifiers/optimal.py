@@ -273,13 +273,13 @@ class OptimalVerifier(Verifier):
 
     def _reference(self, p, q, drafts, accept, residual):
         """I.i.d. drafts: the layout by a plain loop (:mod:`mdsd.verifiers.layout_reference`), then the
-        two-step rule with one uniform (accept below a, else a fresh uniform for the residual). Drafts
-        without replacement beyond the flow size: first the i.i.d. stream whose distinct tokens are the
-        drafts (before each draw after the first, a repeat of the drafts so far with probability their q
-        mass, the repeated one drawn by q, else the next draft; uniforms: k − 1 repeat tests, k − 1
-        picks, then the k depths)."""
+        two-step rule with one uniform (accept below a, else a fresh uniform for the residual). The
+        without-replacement fallback beyond the flow size: first the i.i.d. stream whose distinct tokens
+        are the drafts (before each draw after the first, a repeat of the drafts so far with probability
+        their q mass, the repeated one drawn by q, else the next draft; uniforms: k − 1 repeat tests,
+        k − 1 picks, then the k depths)."""
         k = self.k
-        if isinstance(self.law, WithoutReplacement) and not self._small(p.size):
+        if self._fallback() and not self._small(p.size):
             draws, used = [drafts[0]], 1
             for i in range(k - 1):
                 seen = q[list(drafts[:used])]
@@ -290,7 +290,10 @@ class OptimalVerifier(Verifier):
                     used += 1
             drafts, accept = draws, accept[2 * k - 2 :]
         elif not isinstance(self.law, IID):
-            raise ValueError(f"{self!r}: the float64 reference is written for i.i.d. drafts and the fallback")
+            raise ValueError(
+                f"{self!r}: the float64 reference is written for i.i.d. drafts and the fallback "
+                "(wor_rule='fallback'); the Luce rule's is its law (OptimalVerifier.luce)"
+            )
         chosen, f = reference_select(p, q, drafts, accept[:k])
         a = min(1.0, p[chosen] / f[chosen]) if f[chosen] > 0 else 1.0
         if residual < a:

@@ -205,6 +205,17 @@ def test_verifier_kernel_matches_a_slow_loop():
                 assert int(tokens[b, row]) == want
 
 
+def test_the_host_reference_is_not_the_fallbacks_for_the_luce_rule():
+    """The float64 reference replays the fallback's stream; for the Luce rule it refuses instead of
+    answering with another rule's token."""
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    accept = np.full(4, 0.5)
+    fallback = OptimalVerifier(2, law="wor", flow_tuples=0, wor_rule="fallback")
+    assert fallback._reference(p, q, (0, 1), accept, 0.5) in range(4)
+    with pytest.raises(ValueError, match="Luce"):
+        OptimalVerifier(2, law="wor", flow_tuples=0)._reference(p, q, (0, 1), accept, 0.5)
+
+
 def test_wor_rule_argument():
     assert OptimalVerifier(3, law="wor", wor_rule="fallback")._uniform_columns() == 7
     assert OptimalVerifier(3, law="wor")._uniform_columns() == 3
