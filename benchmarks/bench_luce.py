@@ -10,10 +10,12 @@ two-step). Then the trade-off: the solver capped at ``caps`` steps, its exact ac
 and its seconds.
 
 Pairs are synthetic but real-size (as benchmarks/bench_optimal.py): target logits z ~ scale · N(0, 1), draft
-logits z + noise · N(0, 1), softmax in float64 (no model downloads); ``--pairs FILE.npz`` (arrays p, q
-[N, V]) times recorded ones instead.
+logits z + noise · N(0, 1), softmax in float64 (no model downloads); ``--record N`` times N positions
+recorded afresh from the cached Qwen2.5-Coder pair (:func:`mdsd.hf.record.record_pairs` at T = 1, evenly
+spaced; after ``mdsd models fetch qwen2.5-coder``), ``--pairs FILE.npz`` (arrays p, q [N, V]) given ones.
 
 Run:  python benchmarks/bench_luce.py [--ks 2,3,4] [--scales 3,6] [--threads 1]
+      python benchmarks/bench_luce.py --record 2 --repeats 1 --name luce_real
 Writes benchmarks/results/luce.json (+ .csv).
 """
 
@@ -42,6 +44,7 @@ class Config:
     scales: str = field(default="3,6", metadata={"help": "comma-separated std of the target logits"})
     noise: float = field(default=1.0, metadata={"help": "std of the draft's logit perturbation"})
     pairs: str = field(default="", metadata={"help": "an .npz with p, q [N, V] to time instead of synthetic"})
+    record: int = field(default=0, metadata={"help": "time N positions recorded from the cached real pair"})
     repeats: int = field(default=3, metadata={"help": "timed calls per verifier (median reported)"})
     caps: str = field(default="0,1,2,4,8,40", metadata={"help": "solver step caps of the trade-off"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
@@ -62,6 +65,13 @@ def median_time(call, repeats: int) -> float:
 
 def pairs(cfg: Config, gen: torch.Generator):
     """(label, p, q) float64 vectors [V]."""
+    if cfg.record:
+        from mdsd.hf.record import record_pairs
+
+        p_all, q_all, sets = record_pairs((1.0,), prompts_per_set=1, seed=cfg.seed)[1.0]
+        for i in np.linspace(0, len(p_all) - 1, cfg.record).astype(int):
+            yield f"recorded {sets[i]} position {i}", torch.as_tensor(p_all[i]), torch.as_tensor(q_all[i])
+        return
     if cfg.pairs:
         data = np.load(cfg.pairs)
         for i, (p, q) in enumerate(zip(data["p"], data["q"], strict=True)):
@@ -148,7 +158,12 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}",
     }
     print(summary)
-    print("wrote", *write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary))
+    provenance = {}
+    if cfg.record:
+        from mdsd.hf.record import recording_provenance
+
+        provenance = recording_provenance()
+    print("wrote", *write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary, **provenance))
 
 
 if __name__ == "__main__":
