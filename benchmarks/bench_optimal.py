@@ -3,8 +3,8 @@
 For each batch size B (nodes verified in one call) and k: the median time of ``verify_unchecked`` (the kernel
 the decoder calls) for ``mdsd.verifier("optimal", k)`` (i.i.d. drafts) and, in the same run on the same
 pairs and drafts, timed right before it, for ``mdsd.verifier("rrs", k)``; the ratio optimal / RRS is the
-figure of merit. The without-replacement fallback (``optimal:wor``, on a vocabulary far beyond its flow
-size) runs at ``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule
+figure of merit. The without-replacement fallback (``optimal:wor`` with ``wor_rule="fallback"``; the Luce
+rule, the default beyond the flow size, takes seconds a node: benchmarks/bench_luce.py) runs at ``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule
 is split into its phases: the sort and selection law (``iid_layout``), the drafted tokens' window tops
 (``window_tops``) and the drafts' depths (``draft_depths``). On a GPU one verify of RRS, of the optimal
 verifier and of K-SEQ at B = 1 (k = 2) is also captured in a CUDA graph and replayed.
@@ -29,6 +29,7 @@ from timing import logit_pair, median_seconds
 import mdsd
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.verifiers.layout import draft_depths, iid_layout, window_tops
+from mdsd.verifiers.optimal import OptimalVerifier
 
 
 @dataclass
@@ -127,7 +128,7 @@ def verify_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.dev
         drafts = optimal.draft_unchecked(q, gen)
         runs = [("optimal", optimal, drafts)]
         if k in wor_ks:
-            wor = mdsd.verifier("optimal:wor", k)
+            wor = OptimalVerifier(k, law="wor", wor_rule="fallback")  # not the Luce rule (seconds)
             runs.append(("optimal:wor", wor, wor.draft_unchecked(q, gen)))
         for name, v, d in runs:
             base, spent = seconds(rrs, drafts), seconds(v, d)
