@@ -261,6 +261,9 @@ def capture(fn, backend: str, pool=None):
         graph.replay()
         return out
 
+    # The graph reads and writes the tensors fn holds (its closure, its default arguments) at fixed
+    # addresses: they must live as long as the graph, or their memory is reused and a replay reads garbage.
+    replay.captured = fn
     return replay
 
 

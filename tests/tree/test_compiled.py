@@ -182,3 +182,39 @@ def test_a_model_outside_the_supported_families_is_refused_with_the_eager_path_n
     model = GPT2LMHeadModel(config).eval()
     with pytest.raises(ValueError, match="compile=False"):
         TreeDecoder(model, model, Tree.chain(2), verifier="single", compile="none")
+
+
+def test_a_captured_graph_keeps_the_tensors_it_reads_alive(monkeypatch):
+    """A CUDA graph reads its inputs at the addresses it recorded, so ``capture`` must keep the captured
+    function (its default arguments and closure) alive: measure_profile rebinds its per-shape function each
+    loop, and on an H200 the freed token ids were reused and a replay embedded garbage ids. The CPU has no
+    graphs; a stand-in records the function and counts on nothing else holding it."""
+    import contextlib
+    import gc
+    import weakref
+
+    from mdsd.tree import compiled
+
+    class Graph:
+        def replay(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    refs, runs = [], []
+    for t in (1, 2, 3):
+        ids = torch.full((t,), t)
+
+        def forward(ids=ids):
+            return ids * 2
+
+        refs.append(weakref.ref(ids))
+        runs.append(compiled.capture(forward, "cudagraph"))
+    del ids, forward
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    assert [run().tolist() for run in runs] == [[2], [4, 4], [6, 6, 6]]
+    runs.clear()
+    gc.collect()
+    assert all(r() is None for r in refs)  # and the graph does not hold them longer than itself
