@@ -3,7 +3,8 @@
 Inputs, all in the repository:
 
 * two cost profiles (target, draft) measured on a GPU by :func:`mdsd.measure_profile`, of one decoder path:
-  the fast path's (``benchmarks/gpu_fast.py``'s ``profiles`` section) or the eager path's;
+  the fast path's (``benchmarks/gpu_fast.py``'s ``profiles`` section) or the eager path's; a folder with
+  the target's alone predicts only the methods that run no draft model (a draft source alone);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
   o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
@@ -37,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import mdsd
-from mdsd.costs import Overhead
+from mdsd.costs import Overhead, step_forwards
 from mdsd.experiment import config_from_cli, output_dir, write_results
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
 from mdsd.tree.spec import parse_tree
@@ -92,7 +93,7 @@ def fit_overhead(path: Path) -> Overhead | None:
     """o0 + o1 · B · (F + M) fitted to the host time of the GPU's measured fast-path decode steps."""
     from scipy.optimize import nnls
 
-    from mdsd.costs.predict import _rows
+    from mdsd.costs.predict import vocabulary_rows
 
     rows = [
         r
@@ -101,7 +102,7 @@ def fit_overhead(path: Path) -> Overhead | None:
     ]
     if len(rows) < 2:
         return None
-    design = [[1.0, r["batch"] * _rows(plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1)))] for r in rows]
+    design = [[1.0, r["batch"] * vocabulary_rows(plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1)))] for r in rows]
     host = [max(r["host_ms"], 0.0) * 1e-3 for r in rows]
     A, y = np.array(design), np.array(host)
     scale = A.max(axis=0)
@@ -114,7 +115,7 @@ def fit_overhead(path: Path) -> Overhead | None:
 def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
     folder = ROOT / config.profiles
     target = mdsd.CostProfile.load(folder / "target.json")
-    draft = mdsd.CostProfile.load(folder / "draft.json")
+    draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
     overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
     rows = []
     for result in config.results:
@@ -122,16 +123,17 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
         retrieve = tuple(payload["metadata"]["config"].get("retrieve", (1, 8)))
         for r in payload["rows"]:
             plan = plan_of(r["method"], r["temperature"], retrieve)
-            if plan is None:
-                continue
+            if plan is None or (draft is None and step_forwards(plan)[0]):
+                continue  # HF's methods; without a draft profile, the methods that run the draft model
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
             for B in config.batches:
+                stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
                 pred = mdsd.predict(
-                    target, draft, plan, None, B, config.context, tokens_per_step=e, overhead=overhead
+                    target, stand_in, plan, None, B, config.context, tokens_per_step=e, overhead=overhead
                 )
                 best = mdsd.predict(
                     target,
-                    draft,
+                    stand_in,
                     plan,
                     None,
                     B,
@@ -154,7 +156,9 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
                     }
                 )
     ratio = {
-        B: draft.seconds(B, 1, config.context) / target.seconds(B, 1, config.context) for B in config.batches
+        B: draft.seconds(B, 1, config.context) / target.seconds(B, 1, config.context)
+        for B in config.batches
+        if draft is not None
     }
     return rows, overhead, ratio
 
@@ -170,7 +174,9 @@ def summary(rows: list[dict], overhead: Overhead | None, ratio: dict, config: Co
             if overhead
             else "none (forwards only)"
         ),
-        "Draft / target one-token forward: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in ratio.items()),
+        "Draft / target one-token forward: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in ratio.items())
+        if ratio
+        else "No draft profile: only methods that run no draft model (a draft source alone) are predicted.",
         "",
         "Each cell: predicted speedup (bound: every drafted path accepted whole).",
         "",
@@ -208,7 +214,10 @@ def plot(rows: list[dict], path: Path, label: str) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")
         ax.set_title(f"{source} (T = 0.6)")
-        ax.legend(fontsize=6, ncol=2)
+        if mine:
+            ax.legend(fontsize=6, ncol=2)
+        else:
+            ax.text(0.5, 0.5, "no method predicted\n(no draft profile)", ha="center", transform=ax.transAxes)
     axes[0].set_ylabel(f"predicted speedup over autoregressive ({label})")
     fig.tight_layout()
     fig.savefig(path, dpi=130)

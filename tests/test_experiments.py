@@ -368,3 +368,37 @@ def test_real_acceptance_quick(tmp_path):
     # without the without-replacement optimum the summary still writes (regression: it raised)
     run_script("real_acceptance", tmp_path / "iid", "--laws", "iid", "--verifiers", "rrs", "optimal")
     assert "optimum, iid law" in (tmp_path / "iid" / "summary.md").read_text()
+
+
+def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profile(tmp_path):
+    """experiments/gpu_speedups.py: the overhead fit recovers a known o0 + o1 · B · (F + M) from decode rows
+    in gpu_fast.json's layout; a profile folder holding the target's alone predicts exactly the draft-free
+    methods, with the same figures as beside a draft profile (which those never read)."""
+    from mdsd.costs.predict import vocabulary_rows
+
+    mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
+    Config, predictions, fit_overhead, plan_of = (
+        mod[k] for k in ("Config", "predictions", "fit_overhead", "plan_of")
+    )
+    o0, o1 = 1.5e-3, 4e-6
+    decode = [
+        {"path": "cudagraph", "tree": tree, "batch": B, "host_ms": 1e3 * (o0 + o1 * B * vocabulary_rows(p))}
+        for tree in ("chain:4", "binary:3", "dynamic:8,2,3,24")
+        for p in [plan_of(f"{tree}/rrsw", 0.6, (1, 1))]
+        for B in (1, 64)
+    ]
+    decode += [{"path": "cudagraph", "tree": "none", "batch": 1, "host_ms": 9.0}]  # AR: not in the fit
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
+    fit = fit_overhead(tmp_path / "gpu_fast.json")
+    assert fit.runs == 6 and fit.rms_relative_error < 1e-9
+    assert fit.per_step == pytest.approx(o0, rel=1e-9) and fit.per_row_node == pytest.approx(o1, rel=1e-9)
+
+    eager = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-eager"
+    (tmp_path / "alone").mkdir()
+    shutil.copy(eager / "target.json", tmp_path / "alone" / "target.json")
+    both, _, ratio = predictions(Config(profiles=str(eager)))
+    alone, _, no_ratio = predictions(Config(profiles=str(tmp_path / "alone")))
+    assert ratio and not no_ratio
+    free = {r["method"] for r in alone}
+    assert free and all(m.startswith("none/") and "+" in m for m in free)
+    assert alone == [r for r in both if r["method"] in free]
