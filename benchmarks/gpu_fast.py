@@ -10,7 +10,8 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
   decode     tokens/s, step time and the step's forwards timed alone (benchmarks/bench_decode.py) for
              autoregressive decoding and the trees, fast path (CUDA graphs) at B = 1 and 64, eager at B = 1
   profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
-  syncs      host synchronisations per step of the fast path (torch.cuda sync debug mode), tiny models
+  syncs      host synchronisations of the fast path per step and per decode (torch.cuda sync debug mode,
+             two decode lengths), tiny models
   law        tiny float32 models on CUDA: greedy tokens equal on both paths; the first two tokens of
              10,000 decodes per prompt on the fast path against the exact law (chi-square, as
              tests/tree/test_lossless.py)
@@ -18,12 +19,16 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
 
     OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]
     python3 benchmarks/gpu_fast.py --small     # tiny shapes on the CPU: checks the script itself
+
+Each section runs in a process of its own (``--one-process``: all in this one), so that a device-side
+assert in one cannot fail the others; the environment, the model pair included, is rebuilt per section.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -37,6 +42,7 @@ import torch
 import mdsd
 
 OUT = Path(os.environ.get("OUT") or "/tmp/gpu_out")
+RESULT = os.environ.get("GPU_FAST_RESULT", "gpu_fast.json")
 SMALL = "--small" in sys.argv
 DEV = torch.device("cuda" if torch.cuda.is_available() and not SMALL else "cpu")
 FAST = "cudagraph" if DEV.type == "cuda" else "none"
@@ -51,6 +57,7 @@ def log(msg: str) -> None:
 
 
 def section(name, fn) -> None:
+    """Run one section and save what it returned (or its error)."""
     start = time.time()
     try:
         RES[name] = fn()
@@ -59,8 +66,28 @@ def section(name, fn) -> None:
         log(f"{name} FAILED: {err!r}")
     RES["_times"][name] = round(time.time() - start, 2)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "gpu_fast.json").write_text(json.dumps(RES, indent=1, default=str))
+    (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
     log(f"{name} done in {time.time() - start:.1f}s")
+
+
+def isolated(name: str) -> None:
+    """Run one section in a process of its own: a device-side assert poisons the CUDA context of its
+    process, and every later section of that process would fail with it."""
+    part = f".part_{name}.json"
+    start = time.time()
+    cmd = [sys.executable, __file__, name, *(a for a in sys.argv[1:] if a.startswith("--"))]
+    proc = subprocess.run(cmd, env=dict(os.environ, GPU_FAST_RESULT=part, GPU_FAST_CHILD="1"))
+    path = OUT / part
+    if path.exists():
+        child = json.loads(path.read_text())
+        path.unlink()
+        RES[name] = child.get(name, {"error": "no result"})
+        RES["_times"][name] = child["_times"].get(name)
+    else:
+        RES[name] = {"error": f"the section's process ended with {proc.returncode} and wrote nothing"}
+        RES["_times"][name] = round(time.time() - start, 2)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
 
 
 def sync() -> None:
@@ -282,16 +309,20 @@ def syncs() -> list[dict]:
         try:
             dec = mdsd.TreeDecoder(target, draft, parse_tree(spec), name, 0.8, eos_token_id=[], compile=True)
             dec.generate(prompt, 32, torch.Generator(device=DEV).manual_seed(0))  # captures
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    out = dec.generate(prompt, 32, torch.Generator(device=DEV).manual_seed(1))
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            found = [str(w.message)[:90] for w in caught if "synchroniz" in str(w.message)]
-            row.update(steps=out.steps, syncs=len(found), per_step=len(found) / out.steps)
-            row["kinds"] = sorted(set(found))[:4]
+            counts = []
+            for new in (32, 96):  # two lengths: syncs = per decode + per step · steps
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode("warn")
+                    try:
+                        out = dec.generate(prompt, new, torch.Generator(device=DEV).manual_seed(1))
+                    finally:
+                        torch.cuda.set_sync_debug_mode("default")
+                found = [str(w.message)[:90] for w in caught if "synchroniz" in str(w.message)]
+                counts.append((out.steps, len(found)))
+            (s1, n1), (s2, n2) = counts
+            per_step = (n2 - n1) / max(s2 - s1, 1)
+            row.update(steps=[s1, s2], syncs=[n1, n2], per_step=per_step, per_decode=n1 - per_step * s1)
         except Exception as err:
             row["error"] = repr(err)[:300]
         rows.append(row)
@@ -391,8 +422,12 @@ PLAN = [
 
 if __name__ == "__main__":
     only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    child = os.environ.get("GPU_FAST_CHILD") == "1" or "--one-process" in sys.argv
     for name, fn in PLAN:
         if not only or name in only:
-            section(name, fn)
+            if child:
+                section(name, fn)
+            else:
+                isolated(name)
     log("all done")
     print(json.dumps(RES["_times"]))
