@@ -101,8 +101,10 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 def finite(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``logits`` [B, Q, V] with non-finite entries replaced by zeros, and the flag [B] of rows that had
     any (so a step can finish and the caller raise once it reads the flag)."""
-    ok = torch.isfinite(logits)
-    return torch.where(ok, logits, 0.0), ~ok.all(-1).all(-1)
+    # x − x is 0 where x is finite and NaN where it is ±∞ or NaN, so the row sums are NaN exactly on the
+    # rows to flag (and never overflow): three passes over the logits where isfinite and where take five
+    bad = (logits - logits).sum(-1, dtype=torch.float32).isnan().any(-1)
+    return torch.nan_to_num(logits, nan=0.0, posinf=0.0, neginf=0.0), bad
 
 
 class ModelCache:

@@ -206,6 +206,22 @@ def test_nan_logits_fail_loudly(who, temperature):
         dec.generate(torch.tensor([[1, 2]]), 4, torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_finite_zeroes_and_flags_exactly_the_non_finite_entries(dtype):
+    """mdsd.tree.cache.finite against torch.isfinite: ±∞ and NaN zeroed, their rows flagged, and finite
+    logits whose sum overflows (3e38 each in float32) neither changed nor flagged."""
+    from mdsd.tree.cache import finite
+
+    big = torch.finfo(dtype).max
+    x = torch.randn(4, 3, 50, generator=torch.Generator().manual_seed(0)).to(dtype)
+    x[0, 1, 7], x[1, 0, 0], x[1, 2, 49], x[2, 2, 3] = float("inf"), float("-inf"), float("nan"), big
+    x[2, 0] = big  # a whole position of the largest finite value: its sum overflows
+    out, bad = finite(x)
+    ok = torch.isfinite(x)
+    assert torch.equal(out, torch.where(ok, x, 0.0)) and out.dtype == dtype
+    assert bad.tolist() == (~ok.all(-1).all(-1)).tolist() == [True, True, False, False]
+
+
 def test_no_generator_leaves_the_global_rng_alone(pair):
     target, draft = pair
     dec = TreeDecoder(target, draft, Tree.kary([2, 1]), verifier="kseq", temperature=1.0)
