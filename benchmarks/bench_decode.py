@@ -30,6 +30,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import mdsd
+from mdsd.drafters import PromptLookup
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.spec import compile_option, parse_tree
@@ -48,7 +49,8 @@ class Config:
     dtype: str = field(default="float32", metadata={"help": "model dtype (bfloat16 on a GPU)"})
     paths: tuple[str, ...] = field(default=("eager", "none"), metadata={"help": "eager, or a backend"})
     trees: tuple[str, ...] = field(
-        default=("none", "chain:4", "binary:3", "dynamic:4,2,2,8"), metadata={"help": "none: autoregressive"}
+        default=("none", "chain:4", "binary:3", "dynamic:4,2,2,8"),
+        metadata={"help": "none: autoregressive; lookup: prompt lookup alone"},
     )
     verifier: str = field(default="rrsw", metadata={"help": "verifier of multi-draft nodes"})
     batches: tuple[int, ...] = field(default=(1, 64), metadata={"help": "batch sizes B"})
@@ -89,6 +91,18 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
     if spec == "none":
         return mdsd.TreeDecoder(
             target, None, None, temperature=cfg.temperature, eos_token_id=[], compile=compile
+        )
+    if spec == "lookup":  # prompt lookup alone, one chain of 8 (the draft-sources experiment's setting)
+        return mdsd.TreeDecoder(
+            target,
+            None,
+            None,
+            "topk",
+            temperature=cfg.temperature,
+            eos_token_id=[],
+            source=PromptLookup(),
+            retrieve=(1, 8),
+            compile=compile,
         )
     tree = parse_tree(spec)
     chain = isinstance(tree, mdsd.Tree) and int(tree.branching.max(initial=0)) == 1

@@ -4,8 +4,9 @@ For each batch size B (nodes verified in one call) and k: the median time of ``v
 the decoder calls) for ``mdsd.verifier("optimal", k)`` (i.i.d. drafts) and, in the same run on the same
 pairs and drafts, timed right before it, for ``mdsd.verifier("rrs", k)``; the ratio optimal / RRS is the
 figure of merit. The without-replacement fallback (``optimal:wor`` with ``wor_rule="fallback"``; the Luce
-rule, the default beyond the flow size, takes seconds a node: benchmarks/bench_luce.py) runs at ``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule
-is split into its phases: the sort and selection law (``iid_layout``), the drafted tokens' window tops
+rule, the default beyond the flow size, takes seconds a node: benchmarks/bench_luce.py) runs at
+``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule is split into
+its phases: the sort and selection law (``iid_layout``), the drafted tokens' window tops
 (``window_tops``) and the drafts' depths (``draft_depths``). On a GPU one verify of RRS, of the optimal
 verifier and of K-SEQ at B = 1 (k = 2) is also captured in a CUDA graph and replayed.
 

@@ -8,7 +8,8 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              mdsd's static forward eager and captured in a CUDA graph, beside transformers' StaticCache
              forward captured in one CUDA graph (1 token)
   decode     tokens/s, step time and the step's forwards timed alone (benchmarks/bench_decode.py) for
-             autoregressive decoding and the trees, fast path (CUDA graphs) at B = 1 and 64, eager at B = 1
+             autoregressive decoding, prompt lookup alone and the trees, fast path (CUDA graphs) at B = 1
+             and 64, eager at B = 1
   profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
   syncs      host synchronisations of the fast path per step and per decode (torch.cuda sync debug mode,
              two decode lengths), tiny models
@@ -216,7 +217,13 @@ def forwards() -> list[dict]:
     return rows
 
 
-METHODS = [("none", "none"), ("chain:4", "single"), ("binary:3", "rrsw"), ("dynamic:8,2,3,24", "rrsw")]
+METHODS = [
+    ("none", "none"),
+    ("lookup", "topk"),
+    ("chain:4", "single"),
+    ("binary:3", "rrsw"),
+    ("dynamic:8,2,3,24", "rrsw"),
+]
 
 
 @torch.no_grad()

@@ -98,7 +98,7 @@ def fit_overhead(path: Path) -> Overhead | None:
     rows = [
         r
         for r in json.loads(path.read_text())["decode"]
-        if "host_ms" in r and r["path"] != "eager" and r["tree"] != "none"
+        if "host_ms" in r and r["path"] != "eager" and r["tree"] not in ("none", "lookup")  # model trees
     ]
     if len(rows) < 2:
         return None

@@ -387,7 +387,9 @@ def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profil
         for p in [plan_of(f"{tree}/rrsw", 0.6, (1, 1))]
         for B in (1, 64)
     ]
-    decode += [{"path": "cudagraph", "tree": "none", "batch": 1, "host_ms": 9.0}]  # AR: not in the fit
+    decode += [  # AR and prompt lookup alone: not in the fit (no draft model)
+        {"path": "cudagraph", "tree": tree, "batch": 1, "host_ms": 9.0} for tree in ("none", "lookup")
+    ]
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
     fit = fit_overhead(tmp_path / "gpu_fast.json")
     assert fit.runs == 6 and fit.rms_relative_error < 1e-9
