@@ -198,12 +198,14 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
 def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(a + b)^k − a^k and its derivative in a, k[(a + b)^{k−1} − a^{k−1}], for a, b ≥ 0 without
     cancellation: b Σ_{m<k} (a + b)^m a^{k−1−m} (all terms positive)."""
+    if k == 1:
+        return b * 1.0, (k * b) * 0.0
     c = a + b
-    s, s_prev, a_pow = torch.ones_like(c), torch.zeros_like(c), torch.ones_like(a)
-    for _ in range(k - 1):  # s_n = c s_{n−1} + a^n, n = 1..k−1; s_prev ends as s_{k−2}
+    s_prev, s, a_pow = None, c + a, a  # s_n = c s_{n−1} + a^n from s_0 = 1; s_prev ends as s_{k−2}
+    for _ in range(k - 2):  # n = 2..k−1 (a kernel call fewer per term than from tensors of ones)
         a_pow = a_pow * a
         s_prev, s = s, c * s + a_pow
-    return b * s, k * b * s_prev
+    return b * s, k * b if s_prev is None else k * b * s_prev
 
 
 def _power(x: torch.Tensor, k: int) -> torch.Tensor:
