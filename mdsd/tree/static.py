@@ -76,6 +76,9 @@ class StaticLM:
         self.keys = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self.values = torch.zeros_like(self.keys)
         self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
+        # each layer's index into the first dimension: writes go to the buffers themselves, never to a
+        # view of them (torch.compile would copy the whole buffer back at every write into a view)
+        self._layer = [torch.full((1, 1, 1), i, device=param.device) for i in range(len(self.layers))]
         self.capacity = capacity
         self.local = 0
 
@@ -111,8 +114,14 @@ class StaticLM:
         allowed = (rel < 0)[:, None, :] | (inside[:, None, :] & seen)  # [B, Q, C]
         mask = allowed[:, None, None].expand(B, 1, self.groups, Q, self.capacity)
         mask = mask.reshape(B, 1, self.groups * Q, self.capacity)
-        write = (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :, None]
-        write = write.expand(B, self.kv_heads, Q, self.head_dim)
+        # slots [B, 1, Q] of the new keys and values, with row and head indices broadcasting against them:
+        # an index_put_ of [B, heads, Q] vectors, which torch.compile keeps in place (a scatter_ along the
+        # slot dimension is functionalised into a copy of the whole cache at every write)
+        write = (
+            torch.arange(B, device=ids.device)[:, None, None],
+            torch.arange(self.kv_heads, device=ids.device)[None, :, None],
+            (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :],
+        )
         core = self.model.model
         h = core.embed_tokens(ids)
         cos, sin = core.rotary_emb(h, positions)
@@ -127,13 +136,17 @@ class StaticLM:
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
         """Keep of the step's slots only ``index[b, :count[b]]`` (offsets into the step's region), in
         order, as committed entries; start the next step after them."""
-        L, B, H, _, D = self.keys.shape
-        W = index.shape[1]
-        source = (self.length[:, None] + index)[None, :, None, :, None].expand(L, B, H, W, D)
-        target = (self.length[:, None] + torch.arange(W, device=index.device))[None, :, None, :, None]
-        target = target.expand(L, B, H, W, D)
+        L, B, H, _, _ = self.keys.shape
+        W, dev = index.shape[1], index.device
+        at = (  # [L, B, H, W] broadcast: layer, row, head; then the source and the target slots
+            torch.arange(L, device=dev)[:, None, None, None],
+            torch.arange(B, device=dev)[None, :, None, None],
+            torch.arange(H, device=dev)[None, None, :, None],
+        )
+        source = (self.length[:, None] + index)[None, :, None, :]
+        target = (self.length[:, None] + torch.arange(W, device=dev))[None, :, None, :]
         for kv in (self.keys, self.values):
-            kv.scatter_(3, target, kv.gather(3, source))  # gather copies before the write
+            kv.index_put_((*at, target), kv[(*at, source)])  # the read is a copy, made before the write
         self.length.add_(count)
         self.local = 0
 
@@ -147,8 +160,8 @@ class StaticLM:
         if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
-        self.keys[i].scatter_(2, write, k)
-        self.values[i].scatter_(2, write, v)
+        self.keys.index_put_((self._layer[i], *write), k)
+        self.values.index_put_((self._layer[i], *write), v)
         # [B, H, Q, D] -> [B, kv_heads, groups · Q, D]: the heads sharing a key/value head as query rows
         q = q.reshape(B, self.kv_heads, self.groups * Q, self.head_dim)
         out = F.scaled_dot_product_attention(
