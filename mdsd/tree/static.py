@@ -76,9 +76,13 @@ class StaticLM:
         self.keys = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self.values = torch.zeros_like(self.keys)
         self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
-        # each layer's index into the first dimension: writes go to the buffers themselves, never to a
-        # view of them (torch.compile would copy the whole buffer back at every write into a view)
-        self._layer = [torch.full((1, 1, 1), i, device=param.device) for i in range(len(self.layers))]
+        # layer, row and head indices [L, 1, 1, 1], [1, B, 1, 1], [1, 1, H, 1] of the buffers, made once:
+        # writes index_put_ into the buffers themselves, never into a view of them (torch.compile would
+        # copy the whole buffer back at every write into a view)
+        self._at = tuple(
+            torch.arange(n, device=param.device).view([n if d == i else 1 for d in range(4)])
+            for i, n in enumerate(shape[:3])
+        )
         self.capacity = capacity
         self.local = 0
 
@@ -114,14 +118,10 @@ class StaticLM:
         allowed = (rel < 0)[:, None, :] | (inside[:, None, :] & seen)  # [B, Q, C]
         mask = allowed[:, None, None].expand(B, 1, self.groups, Q, self.capacity)
         mask = mask.reshape(B, 1, self.groups * Q, self.capacity)
-        # slots [B, 1, Q] of the new keys and values, with row and head indices broadcasting against them:
-        # an index_put_ of [B, heads, Q] vectors, which torch.compile keeps in place (a scatter_ along the
+        # slots [1, B, 1, Q] of the new keys and values: with the layer, row and head indices, an
+        # index_put_ of [B, heads, Q] vectors, which torch.compile keeps in place (a scatter_ along the
         # slot dimension is functionalised into a copy of the whole cache at every write)
-        write = (
-            torch.arange(B, device=ids.device)[:, None, None],
-            torch.arange(self.kv_heads, device=ids.device)[None, :, None],
-            (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :],
-        )
+        write = (self.length[:, None] + S + torch.arange(Q, device=ids.device))[None, :, None, :]
         core = self.model.model
         h = core.embed_tokens(ids)
         cos, sin = core.rotary_emb(h, positions)
@@ -136,17 +136,11 @@ class StaticLM:
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
         """Keep of the step's slots only ``index[b, :count[b]]`` (offsets into the step's region), in
         order, as committed entries; start the next step after them."""
-        L, B, H, _, _ = self.keys.shape
-        W, dev = index.shape[1], index.device
-        at = (  # [L, B, H, W] broadcast: layer, row, head; then the source and the target slots
-            torch.arange(L, device=dev)[:, None, None, None],
-            torch.arange(B, device=dev)[None, :, None, None],
-            torch.arange(H, device=dev)[None, None, :, None],
-        )
-        source = (self.length[:, None] + index)[None, :, None, :]
-        target = (self.length[:, None] + torch.arange(W, device=dev))[None, :, None, :]
+        W = index.shape[1]
+        source = (self.length[:, None] + index)[None, :, None, :]  # [1, B, 1, W]
+        target = (self.length[:, None] + torch.arange(W, device=index.device))[None, :, None, :]
         for kv in (self.keys, self.values):
-            kv.index_put_((*at, target), kv[(*at, source)])  # the read is a copy, made before the write
+            kv.index_put_((*self._at, target), kv[(*self._at, source)])  # the read is a copy, made first
         self.length.add_(count)
         self.local = 0
 
@@ -160,8 +154,9 @@ class StaticLM:
         if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotation
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
-        self.keys.index_put_((self._layer[i], *write), k)
-        self.values.index_put_((self._layer[i], *write), v)
+        at = (self._at[0][i : i + 1], *self._at[1:], write)  # layer i: [1, B, H, Q] vectors
+        self.keys.index_put_(at, k)
+        self.values.index_put_(at, v)
         # [B, H, Q, D] -> [B, kv_heads, groups · Q, D]: the heads sharing a key/value head as query rows
         q = q.reshape(B, self.kv_heads, self.groups * Q, self.head_dim)
         out = F.scaled_dot_product_attention(
