@@ -117,6 +117,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
     target = mdsd.CostProfile.load(folder / "target.json")
     draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
     overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
+    stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
     for result in config.results:
         payload = json.loads((ROOT / result).read_text())
@@ -127,7 +128,6 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
                 continue  # HF's methods; without a draft profile, the methods that run the draft model
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
             for B in config.batches:
-                stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
                 pred = mdsd.predict(
                     target, stand_in, plan, None, B, config.context, tokens_per_step=e, overhead=overhead
                 )
