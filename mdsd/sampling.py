@@ -34,6 +34,7 @@ __all__ = [
     "inverse_cdf",
     "race_top_k",
     "top_k",
+    "sparse_top_k",
 ]
 
 
@@ -264,3 +265,28 @@ def top_k(q: torch.Tensor, k: int) -> torch.Tensor:
     chosen = torch.topk(key, k, dim=-1).indices.sort(dim=-1).values  # [*B, k], by index
     order = torch.gather(q, -1, chosen).sort(dim=-1, descending=True, stable=True).indices
     return torch.gather(chosen, -1, order)
+
+
+def sparse_top_k(q: torch.Tensor, k: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sparse [*B], top [*B, k]) for rows of ``q`` [*B, V] (non-negative, 1 <= need <= k <= V):
+    ``sparse`` marks the rows with fewer than ``need`` positive tokens, and on those rows ``top`` equals
+    :func:`top_k` (q, k) (elsewhere it is some k tokens).
+
+    One ``topk`` of q's values instead of :func:`top_k`'s integer keys (four passes fewer over [*B, V]):
+    a sparse row has m < k positive tokens, so all of them are among the k largest values, where they
+    are ranked by (q descending, index ascending); its zeros come next by index, and the first k − m of
+    them lie among the tokens 0..k−1 (at most m of which are positive).
+
+    >>> sparse, top = sparse_top_k(torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.1, 0.2, 0.3, 0.4]]), 3, 3)
+    >>> sparse.tolist(), top[0].tolist()
+    ([True, False], [1, 3, 0])
+    """
+    values, ids = torch.topk(q, k, dim=-1)  # [*B, k]: every positive token of a sparse row
+    sparse = values[..., need - 1] <= 0
+    ids, at = ids.sort(dim=-1)  # by index, then stably by value: ties towards the lower index
+    ranked = ids.gather(-1, values.gather(-1, at).sort(dim=-1, descending=True, stable=True).indices)
+    positive = (values > 0).sum(-1, keepdim=True)  # m
+    head = (q[..., :k] > 0).to(torch.uint8).sort(dim=-1, stable=True).indices  # zeros of 0..k−1 first
+    place = torch.arange(k, device=q.device)
+    zeros = head.gather(-1, (place - positive).clamp_min(0))
+    return sparse, torch.where(place < positive, ranked, zeros)

@@ -13,7 +13,7 @@ from scipy.stats import chi2
 
 import mdsd
 from mdsd.laws import ranked
-from mdsd.sampling import block_masses, block_size, inverse_cdf, masses_without, race_top_k, top_k
+from mdsd.sampling import block_masses, block_size, inverse_cdf, masses_without, race_top_k, sparse_top_k, top_k
 
 ALPHA = 1e-3
 
@@ -111,6 +111,28 @@ def test_top_k_is_ranked_with_ties_to_the_lower_index(dtype):
             got = top_k(torch.tensor(x, dtype=dtype), k).numpy()
             assert (got == ranked(x)[:, :k]).all(), (x, k)
     assert top_k(torch.tensor([-0.0, 0.0, 0.0]), 2).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sparse_top_k_is_top_k_on_the_rows_with_few_positive_tokens(dtype):
+    rng = np.random.default_rng(4)
+    sparse_rows = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        k = int(rng.integers(1, n + 1))
+        need = int(rng.integers(1, k + 1))
+        x = rng.integers(0, 3, size=(6, n)) / 3.0  # ties
+        x[rng.random((6, n)) < 0.7] = 0.0  # most rows sparse
+        x[0] = rng.random(n) * 10.0 ** -rng.integers(0, 300, size=n)  # down to 1e-300 (0 in float32)
+        x[1] = 0.0
+        x[1, rng.integers(0, n)] = 1.0  # one-hot
+        t = torch.tensor(x, dtype=dtype)
+        t[2, : k // 2] = -0.0
+        sparse, top = sparse_top_k(t, k, need)
+        assert sparse.tolist() == ((t > 0).sum(-1) < need).tolist()
+        assert (top[sparse] == top_k(t, k)[sparse]).all(), (x, k, need)
+        sparse_rows += int(sparse.sum())
+    assert sparse_rows > 500  # the comparison ran on many rows
 
 
 def _g_pvalue(drafts: torch.Tensor, joint: dict[tuple[int, ...], float]) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from mdsd.laws import DraftLaw
-from mdsd.sampling import inverse_cdf, top_k
+from mdsd.sampling import inverse_cdf, sparse_top_k, top_k
 from mdsd.validation import as_pair, as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take, top_tokens
 
@@ -263,10 +263,10 @@ class Verifier(ABC):
         need = self.law.min_support()
         if need <= 1:
             return self.law._sample(q, generator)
-        top = top_k(q, self.k)  # [*B, k]
-        degenerate = take(q, top[..., need - 1 : need])[..., 0] == 0  # fewer than `need` positive tokens
-        stand_in = torch.lerp(q, q.new_full((), 1.0 / q.shape[-1]), degenerate.unsqueeze(-1).to(q.dtype))
-        return torch.where(degenerate.unsqueeze(-1), top, self.law._sample(stand_in, generator))
+        degenerate, top = sparse_top_k(q, self.k, need)  # fewer than `need` positive tokens: the top-k
+        # the law's draw on a degenerate row is replaced, and every law's sampler returns tokens in [0, V)
+        # there (the race draws tokens of q = 0 last, an inversion without mass some token)
+        return torch.where(degenerate.unsqueeze(-1), top, self.law._sample(q, generator))
 
     # -- verification -------------------------------------------------------------------------------------
 
@@ -329,7 +329,7 @@ class Verifier(ABC):
         if self.law.min_support() > 1:
             degenerate = (take(q, drafts) == 0).any(-1)  # [*B]: only the degenerate rule drafts q = 0
             flag = collapse(degenerate, q.shape[:-1]).unsqueeze(-1).to(q.dtype)
-            q = torch.lerp(q, q.new_full((), 1.0 / q.shape[-1]), flag)  # stand-in: uniform q
+            q = torch.addcmul(flag / q.shape[-1], q, 1.0 - flag)  # stand-in: uniform q (exactly q elsewhere)
             stand_in = torch.arange(self.k, device=drafts.device)
             drafts = torch.where(degenerate.unsqueeze(-1), stand_in, drafts)
         proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate, shared))
