@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mdsd import race
-from mdsd.sampling import UniformStream, inverse_cdf, race_top_k, top_k, uniform
+from mdsd.sampling import UniformStream, block_masses, inverse_cdf, race_top_k, top_k, uniform
 from mdsd.validation import as_probabilities, as_probability_tensor, check_k
 
 __all__ = [
@@ -397,9 +397,11 @@ class WithoutReplacement(DraftLaw):
         if racing and (shape is None or math.prod(shape) == math.prod(q.shape[:-1])):
             return race_top_k(q if shape is None else q.expand(*shape, q.shape[-1]), self.k, generator)
         u = _uniforms(q, q.shape[:-1] if shape is None else shape, self.k, generator)
-        drawn = inverse_cdf(q, u[..., :1])  # [*shape, 1]
+        masses = block_masses(q)  # one pass over q for the k draws
+        drawn = inverse_cdf(q, u[..., :1], masses=masses)  # [*shape, 1]
         for i in range(1, self.k):
-            drawn = torch.cat([drawn, inverse_cdf(q, u[..., i : i + 1], dropped=drawn)], dim=-1)
+            more = inverse_cdf(q, u[..., i : i + 1], masses=masses, dropped=drawn)
+            drawn = torch.cat([drawn, more], dim=-1)
         return drawn
 
 
@@ -445,8 +447,9 @@ class Hub(DraftLaw):
         shape = q.shape[:-1] if shape is None else shape
         hub = q.argmax(dim=-1, keepdim=True).expand(*shape, 1)  # first maximum = lowest index
         u = _uniforms(q, shape, 2, generator)
-        first = inverse_cdf(q, u[..., :1])  # [*shape, 1]
-        other = inverse_cdf(q, u[..., 1:], dropped=hub)  # q restricted to V∖{hub}
+        masses = block_masses(q)
+        first = inverse_cdf(q, u[..., :1], masses=masses)  # [*shape, 1]
+        other = inverse_cdf(q, u[..., 1:], masses=masses, dropped=hub)  # q restricted to V∖{hub}
         return torch.cat([first, torch.where(first == hub, other, hub)], dim=-1)
 
 
