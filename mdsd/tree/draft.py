@@ -200,14 +200,21 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
     kept = valid.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)  # deterministic children that exist
     q, step = None, torch.zeros(B, M, g.fixed + g.k, device=nodes.device)
     if g.k > 0:
-        ids = tokens.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)
         logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, M, V]
-        taken = torch.zeros_like(logp, dtype=torch.int32).scatter_add_(-1, ids, kept.to(torch.int32)) > 0  # D
+        taken = None  # D, the deterministic children's tokens (none: q is the softmax itself)
+        if g.fixed:
+            ids = tokens.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)
+            taken = torch.zeros_like(logp, dtype=torch.int32).scatter_add_(-1, ids, kept.to(torch.int32)) > 0
         if temperature == 0:
-            drafts = torch.topk(logits.float().masked_fill(taken, -torch.inf), g.k, dim=-1).indices
+            scores = logits.float()
+            drafts = torch.topk(
+                scores if taken is None else scores.masked_fill(taken, -torch.inf), g.k
+            ).indices
         else:
-            q = logp.exp().masked_fill_(taken, 0.0)  # q restricted to V ∖ D, renormalised by what remains
-            q = q / q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+            q = logp.exp()
+            if taken is not None:  # q restricted to V ∖ D, renormalised by what remains
+                q = q.masked_fill_(taken, 0.0)
+                q = q / q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
             drafts = verifiers[g.k].draft_unchecked(q, generator)  # [B, M, k]
         drawn = children[..., g.fixed :].reshape(B, -1)
         tokens.scatter_(1, drawn, drafts.reshape(B, -1))
