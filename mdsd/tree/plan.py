@@ -47,6 +47,11 @@ class Group:
     nodes: np.ndarray | None = None  # [M] fixed expanded nodes; None: the M most probable nodes of ``pool``
     pool: tuple[int, int] | None = None  # node range [lo, hi) the dynamic choice picks from
     fixed: int = 0  # deterministic children per node (proposed by a source)
+    first: int | None = field(init=False)  # the first node where the nodes are fixed and consecutive
+
+    def __post_init__(self) -> None:  # a Python int: a traced step reads it without numpy
+        run = self.nodes is not None and bool((np.diff(self.nodes) == 1).all())
+        object.__setattr__(self, "first", int(self.nodes[0]) if run and self.nodes.size else None)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 * :func:`target_tree` — one target forward over the pending tokens and the forwarded tree nodes (a node sees
   the prefix and its forwarded ancestors; position = root position + depth).
 * :func:`verify_nodes` — every expanded node is verified at once (each with its own randomness), giving per
-  node the accepted child or the token to stop with; a forwarded leaf stops with a bonus token from p.
+  node the accepted child or the token to stop with; a forwarded leaf stops with a bonus token from p, drawn
+  by :func:`walk` for the one node where each row stops (one draw a row, not one a forwarded node).
   Verifying nodes the walk never reaches changes nothing: each node's outcome depends only on its own p, q,
   drafts and uniforms. At T = 0 a child is accepted iff it is the target's argmax.
 * :func:`verify_paths` — instead, one sequence-level rule for the whole tree of a row (block verification on
@@ -20,6 +21,7 @@ synchronisation the loop needs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,8 @@ from mdsd.sampling import inverse_cdf, uniform
 from mdsd.tree.draft import Drafted, Pending, causal, draft_tree
 
 __all__ = ["Rule", "decode_step", "target_tree", "verify_nodes", "verify_paths", "walk", "Outcome", "Summary"]
+
+BONUS = -2  # stop token of a forwarded node that ends the step with a bonus token drawn from p there
 
 
 @dataclass(frozen=True)
@@ -71,11 +75,12 @@ def decode_step(
     logits, bad_target = target_tree(target, target_pending, drafted)
     if lap is not None:
         lap("target")
+    bonus = None
     if rule.paths is not None and rule.temperature > 0:
         next_node, stop = verify_paths(drafted, logits, rule.paths, rule.tree, rule.temperature, generator)
     else:
-        next_node, stop = verify_nodes(drafted, logits, rule.verifiers, rule.temperature, generator)
-    out = walk(drafted, next_node, stop, target_pending, draft_pending)
+        next_node, stop, bonus = verify_nodes(drafted, logits, rule.verifiers, rule.temperature, generator)
+    out = walk(drafted, next_node, stop, target_pending, draft_pending, bonus)
     return out, bad.long() | 2 * bad_target.long(), drafted.forwards
 
 
@@ -104,8 +109,10 @@ def target_tree(cache, pending: Pending, drafted: Drafted) -> tuple[torch.Tensor
 
 def verify_nodes(
     drafted: Drafted, logits: torch.Tensor, verifiers: dict, temperature: float, generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per node [B, N]: the accepted child (-1: none) and the token to stop with there (-1: none)."""
+) -> tuple[torch.Tensor, torch.Tensor, Callable | None]:
+    """Per node [B, N]: the accepted child (-1: none) and the token to stop with there (-1: none;
+    :data:`BONUS`: a draw from p there); and ``bonus``, which makes those draws for one node a row
+    (``bonus(nodes [B]) -> tokens [B]``; None at T = 0, where the stop tokens are the argmaxes)."""
     B, N = drafted.tokens.shape
     forward, V = drafted.forward, logits.shape[-1]
     F = forward.shape[1]
@@ -113,29 +120,43 @@ def verify_nodes(
     fpos.scatter_(1, forward, torch.arange(F, device=forward.device).expand(B, -1))
     next_node = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
     stop = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
+    p = bonus = None
     if temperature == 0:
         best = logits.argmax(-1)  # [B, F]
-        p = None
+        stop.scatter_(1, forward, best)
     else:
         p = torch.softmax(logits.float() / temperature, dim=-1)  # [B, F, V]
-        best = inverse_cdf(p, uniform((B, F, 1), generator, p.device))[..., 0]  # bonus tokens
-    stop.scatter_(1, forward, best)
+        stop.scatter_(1, forward, BONUS)
+
+        def bonus(nodes: torch.Tensor) -> torch.Tensor:  # a draw from p at each row's node [B]
+            if F == 1:  # the root alone
+                rows = p[:, 0]
+            else:
+                rows = p.gather(1, fpos.gather(1, nodes[:, None]).clamp(min=0)[..., None].expand(-1, -1, V))[
+                    :, 0
+                ]
+            return inverse_cdf(rows, uniform((B, 1), generator, p.device))[:, 0]
+
     for e in drafted.expansions:
         at = fpos.gather(1, e.node)  # [B, M]
         ok = e.active & (at >= 0)
         M, width = e.children.shape[1:]
         drafts = drafted.tokens.gather(1, e.children.reshape(B, -1)).reshape(B, M, width)
-        here = best.gather(1, at.clamp(min=0))  # argmax at T = 0; a draw from p otherwise
-        if p is None or e.group.k == 0:  # greedy, or deterministic children only: y ~ p, kept iff drafted
-            tok, idx = here, _first_match(drafts, e.valid, here)
+        if p is None:  # greedy: the argmax, kept iff drafted
+            tok = best.gather(1, at.clamp(min=0))
+            idx = _first_match(drafts, e.valid, tok)
+        elif e.group.k == 0:  # deterministic children only: y ~ p, kept iff drafted
+            tok = inverse_cdf(_rows_at(p, drafted.plan, e.group, at), uniform((B, M, 1), generator, p.device))
+            idx = _first_match(drafts, e.valid, tok[..., 0])
+            tok = tok[..., 0]
         else:
-            pe = p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, V))  # [B, M, V]
+            pe = _rows_at(p, drafted.plan, e.group, at)  # [B, M, V]
             tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, generator)
         child = e.children.gather(2, idx.clamp(min=0)[..., None])[..., 0]
         next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
         here = stop.gather(1, e.node)
         stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
-    return next_node, stop
+    return next_node, stop, bonus
 
 
 def verify_paths(
@@ -175,6 +196,14 @@ def verify_paths(
     stop = torch.full((B, N), -1, dtype=torch.long, device=dev)
     stop.scatter_(1, accepted[:, None], token[:, None])
     return next_node, stop
+
+
+def _rows_at(p: torch.Tensor, plan, group, at: torch.Tensor) -> torch.Tensor:
+    """p [B, F, V] at the forward positions ``at`` [B, M] of a group's nodes: a view of p where the nodes
+    are fixed and consecutive and every node is forwarded in node order (a static tree), else a gather."""
+    if plan.forward is None and group.first is not None:
+        return p[:, group.first : group.first + group.size]
+    return p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, p.shape[-1]))
 
 
 def _first_match(drafts: torch.Tensor, valid: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
@@ -269,8 +298,10 @@ def walk(
     stop: torch.Tensor,
     target_pending: Pending,
     draft_pending: Pending,
+    bonus: Callable | None = None,
 ) -> Outcome:
-    """Follow accepted children from the root; what is emitted, kept and read next (all on the device)."""
+    """Follow accepted children from the root; what is emitted, kept and read next (all on the device).
+    A row that ends on a node whose stop token is :data:`BONUS` emits ``bonus`` of that node."""
     B, N = drafted.tokens.shape
     D, dev = drafted.plan.max_depth, drafted.tokens.device
     cur = torch.zeros(B, dtype=torch.long, device=dev)
@@ -282,6 +313,8 @@ def walk(
     on = path >= 0
     accepted = on.sum(1)
     final = stop.gather(1, cur[:, None])[:, 0]  # -1: the walk ended on a node the target did not see
+    if bonus is not None:
+        final = torch.where(final == BONUS, bonus(cur), final)
     emitted = torch.full((B, D + 1), -1, dtype=torch.long, device=dev)
     emitted[:, :D] = torch.where(on, drafted.tokens.gather(1, path.clamp(min=0)), -1)
     emitted.scatter_(1, accepted[:, None], final[:, None])
