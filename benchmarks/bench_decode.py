@@ -3,7 +3,8 @@
 For each decoder path (``eager``: the reference path over transformers caches; a fast-path backend of
 ``TreeDecoder(compile=...)``: ``none`` on the CPU, ``cudagraph`` on a GPU), each tree and each batch size B:
 
-* ``step_ms``: wall time per decoding step after the first (:func:`mdsd.costs.time_decode`, no EOS);
+* ``step_ms``: wall time per decoding step after the first (:func:`mdsd.costs.time_decode`, no EOS; the
+  median of ``decodes`` timed decodes);
 * ``forwards_ms``: the same step's model forwards timed alone on the same path — their shapes are recorded
   from a decode, then each is timed by :func:`mdsd.measure_profile` with that path (captured where the path
   captures) at the decode's mean cache length;
@@ -58,6 +59,7 @@ class Config:
     max_new_tokens: int = field(default=32, metadata={"help": "tokens per row (no EOS)"})
     temperature: float = field(default=0.6, metadata={"help": "sampling temperature"})
     repeats: int = field(default=5, metadata={"help": "timed forwards per shape (median)"})
+    decodes: int = field(default=3, metadata={"help": "timed decodes per row (the median's steps)"})
     hf_static: bool = field(default=True, metadata={"help": "also time HF generate with a static cache"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "seed of weights, prompts and decoding"})
@@ -193,7 +195,11 @@ def main(argv: list[str] | None = None) -> None:
         for spec in cfg.trees:
             for B in cfg.batches:
                 decoder = _decoder(target, draft, spec, cfg, path)
-                timed = mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
+                runs = [
+                    mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
+                    for _ in range(cfg.decodes)
+                ]
+                timed = sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
                 context = int(np.mean([c for _, c, _ in timed.schedule]))
                 recorder = _decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
                 shapes = step_shapes(recorder, prompts[:B], cfg.max_new_tokens)
