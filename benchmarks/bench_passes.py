@@ -10,7 +10,7 @@ views and calls that return their input unchanged do not count). Calls made insi
 (``StaticLM.forward``: embedding, head, the non-finite guard) are counted apart.
 
 Run:  python benchmarks/bench_passes.py [--trees none chain:4 binary:3 dynamic:4,2,2,8]
-Writes benchmarks/results/passes.json (+ .csv).
+Writes benchmarks/results/NAME.json (+ .csv; NAME = passes).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class Config:
     max_new_tokens: int = field(default=32, metadata={"help": "tokens per row"})
     temperature: float = field(default=0.6, metadata={"help": "sampling temperature"})
     seed: int = field(default=0, metadata={"help": "seed of weights, prompts and decoding"})
-    out_dir: str = field(default="benchmarks/results", metadata={"help": "where passes.json goes"})
+    name: str = field(default="passes", metadata={"help": "results file name (OUT_DIR/NAME.json)"})
+    out_dir: str = field(default="benchmarks/results", metadata={"help": "where NAME.json goes"})
 
 
 class Passes(TorchFunctionMode):
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{spec:>16}: {row['passes_per_step']:6.1f} passes over [B, V] a step outside the forwards, "
             f"{row['forward_passes_per_step']:6.1f} inside ({row['steps']} steps)"
         )
-    write_results(cfg.out_dir, "passes", rows, cfg, cfg.seed)
+    write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed)
 
 
 if __name__ == "__main__":
