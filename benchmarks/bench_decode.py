@@ -9,7 +9,10 @@ For each decoder path (``eager``: the reference path over transformers caches; a
   from a decode, then each is timed by :func:`mdsd.measure_profile` with that path (captured where the path
   captures) at the decode's mean cache length;
 * ``host_ms = step_ms - forwards_ms`` (sampling, verification, the walk, cache compaction and the host's
-  bookkeeping: on a GPU the launch and Python time that graphs remove), and ``step / forwards``.
+  bookkeeping: on a GPU the launch and Python time that graphs remove), and ``step / forwards``;
+* on the CPU, ``inner_host_ms`` (paths eager and ``none``): the same with the forwards timed inside the decode
+  (:func:`inner_host_seconds`), free of the gap between a profile's forward and the step's own (the
+  latter's masks and cache length), the proxy of the step's host work that grows with B.
 
 ``none`` as a tree is autoregressive decoding (``TreeDecoder(target, None, None)``). Beside them, at B = 1,
 Hugging Face ``generate`` with its default dynamic cache and with ``cache_implementation="static"``
@@ -141,6 +144,43 @@ def step_shapes(decoder, prompts: list[list[int]], new_tokens: int) -> list[tupl
     return calls[ends[-2] + 1 : ends[-1] + 1]
 
 
+def inner_host_seconds(decoder, prompts: list[list[int]], cfg: Config) -> float:
+    """Seconds per step after the first that the step spends outside its model forwards, with the forwards
+    timed inside the decode itself: the same step minus the same calls, no profile at another context
+    (CPU only, where the forwards run synchronously; on a path whose steps call the models from Python).
+    The median over ``cfg.decodes`` pairs of decodes (``max_new_tokens``, then 1 token: the difference
+    leaves out the first step, as :func:`mdsd.costs.time_decode` does)."""
+    spent = [0.0]
+    originals = {cls: cls.forward for cls in (ModelCache, StaticLM)}
+
+    def timed(cls):
+        def forward(self, *args, **kwargs):
+            start = time.perf_counter()
+            out = originals[cls](self, *args, **kwargs)
+            spent[0] += time.perf_counter() - start
+            return out
+
+        return forward
+
+    def run(new_tokens: int) -> tuple[float, int]:  # (seconds outside the forwards, steps)
+        spent[0] = 0.0
+        outs = decoder.generate_batch(prompts, new_tokens, torch.Generator().manual_seed(cfg.seed))
+        return outs[0].timings["total"] - spent[0], max(o.steps for o in outs)
+
+    for cls in originals:
+        cls.forward = timed(cls)
+    try:
+        run(cfg.max_new_tokens)  # warm-up
+        samples = []
+        for _ in range(cfg.decodes):
+            (outside, steps), (first, _) = run(cfg.max_new_tokens), run(1)
+            samples.append((outside - first) / (steps - 1))
+    finally:
+        for cls, fn in originals.items():
+            cls.forward = fn
+    return float(np.median(samples))
+
+
 def _device(decoder) -> torch.device:
     return next(decoder.target.parameters()).device
 
@@ -190,8 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     vocab = target.config.vocab_size
     gen = torch.Generator().manual_seed(cfg.seed)
     prompts = torch.randint(vocab, (max(cfg.batches), cfg.prompt_tokens), generator=gen).tolist()
-    rows = []
+    rows, cpu = [], torch.device(cfg.device).type == "cpu"
     for path in cfg.paths:
+        inner = cpu and path in ("eager", "none")  # the step calls the forwards from Python
         for spec in cfg.trees:
             for B in cfg.batches:
                 decoder = _decoder(target, draft, spec, cfg, path)
@@ -216,12 +257,14 @@ def main(argv: list[str] | None = None) -> None:
                     "forwards_ms": 1e3 * forwards,
                     "host_ms": 1e3 * (step - forwards),
                     "step_over_forwards": step / forwards,
+                    "inner_host_ms": 1e3 * inner_host_seconds(decoder, prompts[:B], cfg) if inner else None,
                     "forwards": " ".join(f"{w[0]}{b}x{t}" for w, b, t in shapes),
                 }
                 rows.append(row)
+                note = f" (inside the step {row['inner_host_ms']:6.2f} ms)" if inner else ""
                 print(
                     f"{path:>9} {spec:>16} B={B:<3} step {row['step_ms']:8.2f} ms, forwards "
-                    f"{row['forwards_ms']:8.2f} ms, host {row['host_ms']:8.2f} ms, "
+                    f"{row['forwards_ms']:8.2f} ms, host {row['host_ms']:8.2f} ms{note}, "
                     f"{row['tokens_per_second']:9.1f} tokens/s"
                 )
     prompt = torch.tensor(prompts[:1], device=cfg.device)
