@@ -8,7 +8,8 @@ rule, the default beyond the flow size, takes seconds a node: benchmarks/bench_l
 ``wor_ks`` beside the i.i.d. rule at the same k. At B = 1 one extra call of the i.i.d. rule is split into
 its phases: the sort and selection law (``iid_layout``), the drafted tokens' window tops
 (``window_tops``) and the drafts' depths (``draft_depths``). On a GPU one verify of RRS, of the optimal
-verifier and of K-SEQ at B = 1 (k = 2) is also captured in a CUDA graph and replayed.
+verifier and of K-SEQ at B = 1 (k = 2) is also captured in a CUDA graph and replayed; with ``--inductor
+1,1024`` each is also compiled by inductor (fused passes) and timed at those batches.
 
 Times: CUDA events on a GPU (after ``warmup`` calls), process CPU time on the CPU (the machine is shared:
 time spent waiting for another process's core is not the kernel's). Pairs are synthetic but real-size:
@@ -29,6 +30,7 @@ from timing import logit_pair, median_seconds
 
 import mdsd
 from mdsd.experiment import config_from_cli, write_results
+from mdsd.verifiers import draw_uniforms
 from mdsd.verifiers.layout import draft_depths, iid_layout, window_tops
 from mdsd.verifiers.optimal import OptimalVerifier
 
@@ -46,6 +48,9 @@ class Config:
     big_repeats: int = field(default=3, metadata={"help": "timed calls at batches above 1"})
     warmup: int = field(default=2, metadata={"help": "untimed calls before each measurement"})
     graph: bool = field(default=True, metadata={"help": "on a GPU, also time CUDA-graph replays at B = 1"})
+    inductor: str = field(
+        default="", metadata={"help": "comma-separated batches to also time each verify compiled by inductor"}
+    )
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
     name: str = field(
@@ -112,6 +117,38 @@ def graph_rows(cfg: Config, gen: torch.Generator, device: torch.device) -> list[
     return rows
 
 
+def inductor_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.device) -> list[dict]:
+    """RRS, optimal and K-SEQ (k = 2) at ``batch`` nodes: the kernel (uniforms given) compiled by
+    ``torch.compile(fullgraph=True)`` with inductor (fused passes: Triton kernels on a GPU) against eager,
+    with the compile time. Uniforms are inputs, so the compiled function reads no generator."""
+    p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
+    if batch == 1:
+        p, q = p[0], q[0]
+    rows = []
+    for name in ("rrs", "optimal", "kseq"):
+        v = mdsd.verifier(name, 2)
+        drafts = v.draft_unchecked(q, gen)
+        u = draw_uniforms(tuple(drafts.shape[:-1]), v._uniform_columns(), gen, device)
+        row = {"section": "inductor", "verifier": name, "k": 2, "batch": batch}
+        try:
+            start = time.perf_counter()
+            fn = torch.compile(v._tokens, fullgraph=True, dynamic=False, backend="inductor")
+            same = bool((fn(p, q, drafts, u) == v._tokens(p, q, drafts, u)).all())
+            row |= {"compile_s": time.perf_counter() - start, "same_tokens": same}
+            repeats = cfg.repeats if batch == 1 else cfg.big_repeats
+            row["inductor_ms"] = 1e3 * median_seconds(
+                lambda f=fn, d=drafts, u=u: f(p, q, d, u), repeats, cfg.warmup, device
+            )
+            row["eager_ms"] = 1e3 * median_seconds(
+                lambda v=v, d=drafts, u=u: v._tokens(p, q, d, u), repeats, cfg.warmup, device
+            )
+        except Exception as err:  # report what does not compile instead of stopping the run
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def verify_rows(cfg: Config, batch: int, gen: torch.Generator, device: torch.device) -> list:
     """The i.i.d. rule at every k and the fallback at ``wor_ks``, each beside RRS on the same batch."""
     p, q = logit_pair(gen, batch, cfg.n, cfg.scale, cfg.noise)
@@ -160,13 +197,21 @@ def table(rows: list[dict]) -> None:
                 f"{row['verifier']:<12} {row['k']:>2} {row['batch']:>5} {row['ms_per_node']:9.3f} "
                 f"{row['rrs_ms_per_node']:11.3f} {row['vs_rrs']:6.2f} {iid:>6}"
             )
-        else:
+        elif row["section"] == "graph":
             got = (
                 f"{row['graph_ms']:.3f} ms, eager {row['eager_ms']:.3f} ms"
                 if "graph_ms" in row
                 else row["error"]
             )
             print(f"CUDA graph, {row['verifier']} k = 2, B = 1: {got}")
+        else:
+            got = (
+                f"{row['inductor_ms']:.3f} ms, eager {row['eager_ms']:.3f} ms, "
+                f"compiled in {row['compile_s']:.0f} s"
+                if "inductor_ms" in row
+                else row["error"]
+            )
+            print(f"inductor, {row['verifier']} k = 2, B = {row['batch']}: {got}")
 
 
 def main() -> None:
@@ -180,6 +225,8 @@ def main() -> None:
         rows += verify_rows(cfg, batch, gen, device)
     if cfg.graph and device.type == "cuda":
         rows += graph_rows(cfg, gen, device)
+    for batch in (int(b) for b in cfg.inductor.split(",") if b):
+        rows += inductor_rows(cfg, batch, gen, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()}-core CPU"
     load = os.getloadavg()[0]
     summary = {
