@@ -34,7 +34,7 @@ __all__ = [
     "inverse_cdf",
     "race_top_k",
     "top_k",
-    "sparse_top_k",
+    "drawn_top_k",
 ]
 
 
@@ -267,26 +267,31 @@ def top_k(q: torch.Tensor, k: int) -> torch.Tensor:
     return torch.gather(chosen, -1, order)
 
 
-def sparse_top_k(q: torch.Tensor, k: int, need: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sparse [*B], top [*B, k]) for rows of ``q`` [*B, V] (non-negative, 1 <= need <= k <= V):
-    ``sparse`` marks the rows with fewer than ``need`` positive tokens, and on those rows ``top`` equals
-    :func:`top_k` (q, k) (elsewhere it is some k tokens).
+def drawn_top_k(q: torch.Tensor, drawn: torch.Tensor, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sparse [*B], top [*B, k]) for rows of ``q`` [*B, V] and k tokens ``drawn`` [*B, k] from each row
+    by a law that never draws a token of q = 0 while q has mass left (every sampler here: the race draws
+    them last, an inversion without mass returns some token): ``sparse`` marks the rows with fewer than
+    ``need`` <= k positive tokens, and there ``top`` equals :func:`top_k` (q, k).
 
-    One ``topk`` of q's values instead of :func:`top_k`'s integer keys (four passes fewer over [*B, V]):
-    a sparse row has m < k positive tokens, so all of them are among the k largest values, where they
-    are ranked by (q descending, index ascending); its zeros come next by index, and the first k − m of
-    them lie among the tokens 0..k−1 (at most m of which are positive).
+    No pass over [*B, V]: a sparse row has m < k positive tokens and the first m draws are all of them, so
+    its positive draws (not repeated) are its support, ranked by (q descending, index ascending); its zeros
+    come next by index, and the first k − m of them lie among the tokens 0..k−1 (at most m of which are
+    positive). A row that is not sparse has k distinct positive draws.
 
-    >>> sparse, top = sparse_top_k(torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.1, 0.2, 0.3, 0.4]]), 3, 3)
+    >>> q = torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.1, 0.2, 0.3, 0.4]])
+    >>> sparse, top = drawn_top_k(q, torch.tensor([[3, 1, 3], [2, 0, 3]]), 3)
     >>> sparse.tolist(), top[0].tolist()
     ([True, False], [1, 3, 0])
     """
-    values, ids = torch.topk(q, k, dim=-1)  # [*B, k]: every positive token of a sparse row
-    sparse = values[..., need - 1] <= 0
-    ids, at = ids.sort(dim=-1)  # by index, then stably by value: ties towards the lower index
-    ranked = ids.gather(-1, values.gather(-1, at).sort(dim=-1, descending=True, stable=True).indices)
-    positive = (values > 0).sum(-1, keepdim=True)  # m
+    k, n = drawn.shape[-1], q.shape[-1]
+    mass = q.expand(*drawn.shape[:-1], n).gather(-1, drawn)  # [*B, k]
+    again = (drawn.unsqueeze(-1) == drawn.unsqueeze(-2)).tril(-1).any(-1)  # equal to an earlier draw
+    support = (mass > 0) & ~again
+    count = support.sum(-1, keepdim=True)  # m
+    ids, at = torch.where(support, drawn, n).sort(dim=-1)  # by index (the others last), then by q
+    order = torch.where(support, mass, -1.0).gather(-1, at).sort(dim=-1, descending=True, stable=True).indices
+    ranked = ids.gather(-1, order)
     head = (q[..., :k] > 0).to(torch.uint8).sort(dim=-1, stable=True).indices  # zeros of 0..k−1 first
     place = torch.arange(k, device=q.device)
-    zeros = head.gather(-1, (place - positive).clamp_min(0))
-    return sparse, torch.where(place < positive, ranked, zeros)
+    zeros = head.expand(*drawn.shape[:-1], k).gather(-1, (place - count).clamp_min(0))
+    return count[..., 0] < need, torch.where(place < count, ranked, zeros)

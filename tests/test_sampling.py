@@ -13,7 +13,15 @@ from scipy.stats import chi2
 
 import mdsd
 from mdsd.laws import ranked
-from mdsd.sampling import block_masses, block_size, inverse_cdf, masses_without, race_top_k, sparse_top_k, top_k
+from mdsd.sampling import (
+    block_masses,
+    block_size,
+    drawn_top_k,
+    inverse_cdf,
+    masses_without,
+    race_top_k,
+    top_k,
+)
 
 ALPHA = 1e-3
 
@@ -114,7 +122,9 @@ def test_top_k_is_ranked_with_ties_to_the_lower_index(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_sparse_top_k_is_top_k_on_the_rows_with_few_positive_tokens(dtype):
+def test_drawn_top_k_is_top_k_on_the_rows_with_few_positive_tokens(dtype):
+    """Draws as a sampler may return them on a sparse row: its positive tokens first (in any order), then
+    any tokens (zeros, repeats of the positive ones)."""
     rng = np.random.default_rng(4)
     sparse_rows = 0
     for _ in range(300):
@@ -128,7 +138,11 @@ def test_sparse_top_k_is_top_k_on_the_rows_with_few_positive_tokens(dtype):
         x[1, rng.integers(0, n)] = 1.0  # one-hot
         t = torch.tensor(x, dtype=dtype)
         t[2, : k // 2] = -0.0
-        sparse, top = sparse_top_k(t, k, need)
+        drawn = []
+        for row in t:
+            positive = rng.permutation(np.flatnonzero(row.numpy() > 0))
+            drawn.append(np.r_[positive, rng.integers(0, n, size=k)][:k])  # then anything
+        sparse, top = drawn_top_k(t, torch.tensor(np.array(drawn)), need)
         assert sparse.tolist() == ((t > 0).sum(-1) < need).tolist()
         assert (top[sparse] == top_k(t, k)[sparse]).all(), (x, k, need)
         sparse_rows += int(sparse.sum())

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from mdsd.laws import DraftLaw
-from mdsd.sampling import inverse_cdf, sparse_top_k, top_k
+from mdsd.sampling import drawn_top_k, inverse_cdf, top_k
 from mdsd.validation import as_pair, as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take, top_tokens
 
@@ -263,10 +263,9 @@ class Verifier(ABC):
         need = self.law.min_support()
         if need <= 1:
             return self.law._sample(q, generator)
-        degenerate, top = sparse_top_k(q, self.k, need)  # fewer than `need` positive tokens: the top-k
-        # the law's draw on a degenerate row is replaced, and every law's sampler returns tokens in [0, V)
-        # there (the race draws tokens of q = 0 last, an inversion without mass some token)
-        return torch.where(degenerate.unsqueeze(-1), top, self.law._sample(q, generator))
+        drawn = self.law._sample(q, generator)  # on a row with fewer than `need` positive tokens: replaced
+        degenerate, top = drawn_top_k(q, drawn, need)  # there: the top-k, from the draws (all its support)
+        return torch.where(degenerate.unsqueeze(-1), top, drawn)
 
     # -- verification -------------------------------------------------------------------------------------
 

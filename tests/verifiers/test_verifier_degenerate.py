@@ -13,6 +13,7 @@ from verifier_enumeration import output_law
 
 import mdsd
 from mdsd.laws import ranked
+from mdsd.sampling import UniformStream
 from mdsd.verifiers import draw_uniforms
 from mdsd.verifiers.reference import reference_verify
 
@@ -118,6 +119,22 @@ def test_low_temperature_float32_one_hot_rows_decode(name, k, temperature):
     tokens, index = v.verify_unchecked(p, q, drafts, gen)
     hit = drafts.gather(-1, index.clamp_min(0)[:, None])[:, 0] == tokens
     assert bool(((index == -1) | hit).all()) and bool((p.gather(-1, tokens[:, None]) > 0).all())
+
+
+@pytest.mark.parametrize(("name", "k"), DEGENERATE)
+def test_degenerate_rows_draft_the_top_k_from_a_uniform_stream(name, k):
+    """The decoder's step draws from a UniformStream (inversion, not the race): on degenerate rows the
+    drafts are still the top-k of q, found from the draws; on the other rows the law's tokens, q > 0."""
+    v = mdsd.verifier(name, k)
+    rows = degenerate_pairs(v, 40, seed=k + 1) + pairs_for(v, 40, seed=k + 2, sizes=(7,))
+    q64 = torch.tensor(np.array([b for _, b in rows]))
+    for q in (q64, q64.float()):  # float32: 1e-300 is stored as 0
+        degenerate = (q > 0).sum(-1) < v.law.min_support()
+        drafts = v.draft_unchecked(q, UniformStream(generator=torch.Generator().manual_seed(k)))
+        top = torch.tensor(ranked(q.double().numpy())[:, :k])
+        assert degenerate.any() and not degenerate.all()
+        assert torch.equal(drafts[degenerate], top[degenerate])
+        assert bool((q.gather(-1, drafts) > 0)[~degenerate].all())
 
 
 @pytest.mark.parametrize(("name", "k"), [("rrsw", 2), ("rrsw", 3), ("spechub", 2), ("greedy", 3)])
