@@ -129,12 +129,8 @@ def verify_nodes(
         stop.scatter_(1, forward, BONUS)
 
         def bonus(nodes: torch.Tensor) -> torch.Tensor:  # a draw from p at each row's node [B]
-            if F == 1:  # the root alone
-                rows = p[:, 0]
-            else:
-                rows = p.gather(1, fpos.gather(1, nodes[:, None]).clamp(min=0)[..., None].expand(-1, -1, V))[
-                    :, 0
-                ]
+            at = fpos.gather(1, nodes[:, None]).clamp(min=0)  # [B, 1]
+            rows = p[:, 0] if F == 1 else p.gather(1, at[..., None].expand(-1, -1, V))[:, 0]  # [B, V]
             return inverse_cdf(rows, uniform((B, 1), generator, p.device))[:, 0]
 
     for e in drafted.expansions:
@@ -146,9 +142,9 @@ def verify_nodes(
             tok = best.gather(1, at.clamp(min=0))
             idx = _first_match(drafts, e.valid, tok)
         elif e.group.k == 0:  # deterministic children only: y ~ p, kept iff drafted
-            tok = inverse_cdf(_rows_at(p, drafted.plan, e.group, at), uniform((B, M, 1), generator, p.device))
-            idx = _first_match(drafts, e.valid, tok[..., 0])
-            tok = tok[..., 0]
+            u = uniform((B, M, 1), generator, p.device)
+            tok = inverse_cdf(_rows_at(p, drafted.plan, e.group, at), u)[..., 0]
+            idx = _first_match(drafts, e.valid, tok)
         else:
             pe = _rows_at(p, drafted.plan, e.group, at)  # [B, M, V]
             tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, generator)
