@@ -26,6 +26,7 @@ Writes benchmarks/results/decode.json (+ .csv).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -117,29 +118,37 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
     )
 
 
-def step_shapes(decoder, prompts: list[list[int]], new_tokens: int) -> list[tuple[str, int, int]]:
-    """(model, rows, tokens) of each forward of one steady step: the forwards between the last two target
-    forwards of a decode (each step ends with its target forward; the decode must take two steps). Run it
-    on a path whose steps call the models from Python (eager, or the fast path's "none": a captured step
-    replays without calling them)."""
-    calls = []
+@contextlib.contextmanager
+def watched_forwards(wrap):
+    """Inside: every model forward of both decoder paths (``ModelCache.forward``, ``StaticLM.forward``)
+    is ``wrap(original)``; restored on exit. Only steps that call the models from Python see it (eager, or
+    the fast path's "none": a captured step replays without calling them)."""
     originals = {cls: cls.forward for cls in (ModelCache, StaticLM)}
-
-    def recorder(cls):
-        def forward(self, ids, *args, **kwargs):
-            who = "target" if self.model is decoder.target else "draft"
-            calls.append((who, int(ids.shape[0]), int(ids.shape[1])))
-            return originals[cls](self, ids, *args, **kwargs)
-
-        return forward
-
-    for cls in originals:
-        cls.forward = recorder(cls)
+    for cls, fn in originals.items():
+        cls.forward = wrap(fn)
     try:
-        decoder.generate_batch(prompts, new_tokens, torch.Generator(device=_device(decoder)).manual_seed(0))
+        yield
     finally:
         for cls, fn in originals.items():
             cls.forward = fn
+
+
+def step_shapes(decoder, prompts: list[list[int]], new_tokens: int) -> list[tuple[str, int, int]]:
+    """(model, rows, tokens) of each forward of one steady step: the forwards between the last two target
+    forwards of a decode (each step ends with its target forward; the decode must take two steps). Run it
+    on a path whose steps call the models from Python (:func:`watched_forwards`)."""
+    calls = []
+
+    def recorder(original):
+        def forward(self, ids, *args, **kwargs):
+            who = "target" if self.model is decoder.target else "draft"
+            calls.append((who, int(ids.shape[0]), int(ids.shape[1])))
+            return original(self, ids, *args, **kwargs)
+
+        return forward
+
+    with watched_forwards(recorder):
+        decoder.generate_batch(prompts, new_tokens, torch.Generator(device=_device(decoder)).manual_seed(0))
     ends = [i for i, (who, _, _) in enumerate(calls) if who == "target"]
     return calls[ends[-2] + 1 : ends[-1] + 1]
 
@@ -151,12 +160,11 @@ def inner_host_seconds(decoder, prompts: list[list[int]], cfg: Config) -> float:
     The median over ``cfg.decodes`` pairs of decodes (``max_new_tokens``, then 1 token: the difference
     leaves out the first step, as :func:`mdsd.costs.time_decode` does)."""
     spent = [0.0]
-    originals = {cls: cls.forward for cls in (ModelCache, StaticLM)}
 
-    def timed(cls):
+    def timed(original):
         def forward(self, *args, **kwargs):
             start = time.perf_counter()
-            out = originals[cls](self, *args, **kwargs)
+            out = original(self, *args, **kwargs)
             spent[0] += time.perf_counter() - start
             return out
 
@@ -167,17 +175,12 @@ def inner_host_seconds(decoder, prompts: list[list[int]], cfg: Config) -> float:
         outs = decoder.generate_batch(prompts, new_tokens, torch.Generator().manual_seed(cfg.seed))
         return outs[0].timings["total"] - spent[0], max(o.steps for o in outs)
 
-    for cls in originals:
-        cls.forward = timed(cls)
-    try:
+    with watched_forwards(timed):
         run(cfg.max_new_tokens)  # warm-up
         samples = []
         for _ in range(cfg.decodes):
             (outside, steps), (first, _) = run(cfg.max_new_tokens), run(1)
             samples.append((outside - first) / (steps - 1))
-    finally:
-        for cls, fn in originals.items():
-            cls.forward = fn
     return float(np.median(samples))
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from bench_decode import SHAPES, _decoder, build
+from bench_decode import SHAPES, _decoder, build, watched_forwards
 from bench_decode import Config as DecodeConfig
 from torch.overrides import TorchFunctionMode
 
 import mdsd.tree.compiled as compiled
 from mdsd.experiment import config_from_cli, write_results
-from mdsd.tree.static import StaticLM
 
 INDEXED = {"gather", "take_along_dim", "searchsorted", "index_select", "__getitem__"}  # cost: the output
 
@@ -87,25 +86,28 @@ def count(decoder, prompts: list[list[int]], cfg: Config) -> dict:
     """Steps and passes per step (outside and inside the forwards) of one decode."""
     mode = Passes(cfg.vocabulary, cfg.batch * cfg.vocabulary)
     steps = [0]
-    forward, step = StaticLM.forward, compiled.decode_step
+    step = compiled.decode_step
 
-    def watched_forward(self, *args, **kwargs):
-        mode.in_forward = True
-        try:
-            return forward(self, *args, **kwargs)
-        finally:
-            mode.in_forward = False
+    def in_forward(original):
+        def forward(self, *args, **kwargs):
+            mode.in_forward = True
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                mode.in_forward = False
+
+        return forward
 
     def counted_step(*args, **kwargs):
         steps[0] += 1
         return step(*args, **kwargs)
 
-    StaticLM.forward, compiled.decode_step = watched_forward, counted_step
+    compiled.decode_step = counted_step
     try:
-        with mode:
+        with watched_forwards(in_forward), mode:
             decoder.generate_batch(prompts, cfg.max_new_tokens, torch.Generator().manual_seed(cfg.seed))
     finally:
-        StaticLM.forward, compiled.decode_step = forward, step
+        compiled.decode_step = step
     n = steps[0]
     return {"steps": n, "passes_per_step": mode.outside / n, "forward_passes_per_step": mode.inside / n}
 
