@@ -57,6 +57,12 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
+def save() -> None:
+    """Write every result so far (a cut run keeps what it finished)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
+
+
 def section(name, fn) -> None:
     """Run one section and save what it returned (or its error)."""
     start = time.time()
@@ -66,8 +72,7 @@ def section(name, fn) -> None:
         RES[name] = {"error": repr(err), "traceback": traceback.format_exc()[-3000:]}
         log(f"{name} FAILED: {err!r}")
     RES["_times"][name] = round(time.time() - start, 2)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
+    save()
     log(f"{name} done in {time.time() - start:.1f}s")
 
 
@@ -87,8 +92,7 @@ def isolated(name: str) -> None:
     else:
         RES[name] = {"error": f"the section's process ended with {proc.returncode} and wrote nothing"}
         RES["_times"][name] = round(time.time() - start, 2)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
+    save()
 
 
 def sync() -> None:
