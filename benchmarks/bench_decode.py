@@ -21,7 +21,7 @@ from a config (``--shape tiny`` on the CPU; ``--shape qwen`` is the real pair's 
 
 Run:  python benchmarks/bench_decode.py                       # tiny models on the CPU, a few minutes
       python benchmarks/bench_decode.py --device cuda --dtype bfloat16 --shape qwen --paths eager cudagraph
-Writes benchmarks/results/decode.json (+ .csv).
+Writes benchmarks/results/NAME.json (+ .csv; NAME = decode).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class Config:
     hf_static: bool = field(default=True, metadata={"help": "also time HF generate with a static cache"})
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "seed of weights, prompts and decoding"})
-    out_dir: str = field(default="benchmarks/results", metadata={"help": "where decode.json goes"})
+    name: str = field(default="decode", metadata={"help": "results file name (OUT_DIR/NAME.json)"})
+    out_dir: str = field(default="benchmarks/results", metadata={"help": "where NAME.json goes"})
 
 
 def build(shape: tuple[int, ...], seed: int, device: str, dtype: str) -> Qwen2ForCausalLM:
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         name = "hf-generate-static" if static else "hf-generate"
         rows.append({"path": name, "tree": "none", "batch": 1, "tokens_per_second": rate})
         print(f"{name:>20} B=1   {rate:9.1f} tokens/s")
-    write_results(cfg.out_dir, "decode", rows, cfg, cfg.seed)
+    write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed)
 
 
 if __name__ == "__main__":
