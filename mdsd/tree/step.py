@@ -4,7 +4,9 @@
   the prefix and its forwarded ancestors; position = root position + depth).
 * :func:`verify_nodes` — every expanded node is verified at once (each with its own randomness), giving per
   node the accepted child or the token to stop with; a forwarded leaf stops with a bonus token from p, drawn
-  by :func:`walk` for the one node where each row stops (one draw a row, not one a forwarded node).
+  by :func:`walk` for the one node where each row stops (one draw a row, not one a forwarded node). The
+  target's law p = softmax(logits / T) is formed only where it is read: at the expanded nodes, and at that
+  one node a row.
   Verifying nodes the walk never reaches changes nothing: each node's outcome depends only on its own p, q,
   drafts and uniforms. At T = 0 a child is accepted iff it is the target's argmax.
 * :func:`verify_paths` — instead, one sequence-level rule for the whole tree of a row (block verification on
@@ -120,33 +122,35 @@ def verify_nodes(
     fpos.scatter_(1, forward, torch.arange(F, device=forward.device).expand(B, -1))
     next_node = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
     stop = torch.full((B, N), -1, dtype=torch.long, device=forward.device)
-    p = bonus = None
+    bonus = None
     if temperature == 0:
         best = logits.argmax(-1)  # [B, F]
         stop.scatter_(1, forward, best)
     else:
-        p = torch.softmax(logits.float() / temperature, dim=-1)  # [B, F, V]
         stop.scatter_(1, forward, BONUS)
+
+        def law(rows: torch.Tensor) -> torch.Tensor:  # p = softmax(logits / T), only on the rows read
+            return torch.softmax(rows.float() / temperature, dim=-1)
 
         def bonus(nodes: torch.Tensor) -> torch.Tensor:  # a draw from p at each row's node [B]
             at = fpos.gather(1, nodes[:, None]).clamp(min=0)  # [B, 1]
-            rows = p[:, 0] if F == 1 else p.gather(1, at[..., None].expand(-1, -1, V))[:, 0]  # [B, V]
-            return inverse_cdf(rows, uniform((B, 1), generator, p.device))[:, 0]
+            rows = logits[:, 0] if F == 1 else logits.gather(1, at[..., None].expand(-1, -1, V))[:, 0]
+            return inverse_cdf(law(rows), uniform((B, 1), generator, logits.device))[:, 0]
 
     for e in drafted.expansions:
         at = fpos.gather(1, e.node)  # [B, M]
         ok = e.active & (at >= 0)
         M, width = e.children.shape[1:]
         drafts = drafted.tokens.gather(1, e.children.reshape(B, -1)).reshape(B, M, width)
-        if p is None:  # greedy: the argmax, kept iff drafted
+        if temperature == 0:  # greedy: the argmax, kept iff drafted
             tok = best.gather(1, at.clamp(min=0))
             idx = _first_match(drafts, e.valid, tok)
         elif e.group.k == 0:  # deterministic children only: y ~ p, kept iff drafted
-            u = uniform((B, M, 1), generator, p.device)
-            tok = inverse_cdf(_rows_at(p, drafted.plan, e.group, at), u)[..., 0]
+            u = uniform((B, M, 1), generator, logits.device)
+            tok = inverse_cdf(law(_rows_at(logits, drafted.plan, e.group, at)), u)[..., 0]
             idx = _first_match(drafts, e.valid, tok)
         else:
-            pe = _rows_at(p, drafted.plan, e.group, at)  # [B, M, V]
+            pe = law(_rows_at(logits, drafted.plan, e.group, at))  # [B, M, V]
             tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, generator)
         child = e.children.gather(2, idx.clamp(min=0)[..., None])[..., 0]
         next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
@@ -194,12 +198,12 @@ def verify_paths(
     return next_node, stop
 
 
-def _rows_at(p: torch.Tensor, plan, group, at: torch.Tensor) -> torch.Tensor:
-    """p [B, F, V] at the forward positions ``at`` [B, M] of a group's nodes: a view of p where the nodes
+def _rows_at(x: torch.Tensor, plan, group, at: torch.Tensor) -> torch.Tensor:
+    """x [B, F, V] at the forward positions ``at`` [B, M] of a group's nodes: a view of x where the nodes
     are fixed and consecutive and every node is forwarded in node order (a static tree), else a gather."""
     if plan.forward is None and group.first is not None:
-        return p[:, group.first : group.first + group.size]
-    return p.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, p.shape[-1]))
+        return x[:, group.first : group.first + group.size]
+    return x.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, x.shape[-1]))
 
 
 def _first_match(drafts: torch.Tensor, valid: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
