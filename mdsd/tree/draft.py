@@ -200,25 +200,28 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
     kept = valid.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)  # deterministic children that exist
     q, step = None, torch.zeros(B, M, g.fixed + g.k, device=nodes.device)
     if g.k > 0:
-        logp = torch.log_softmax(logits.float() / (temperature or 1.0), dim=-1)  # [B, M, V]
         taken = None  # D, the deterministic children's tokens (none: q is the softmax itself)
         if g.fixed:
             ids = tokens.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)
-            taken = torch.zeros_like(logp, dtype=torch.int32).scatter_add_(-1, ids, kept.to(torch.int32)) > 0
+            taken = torch.zeros_like(logits, dtype=torch.int32).scatter_add_(-1, ids, kept.to(torch.int32))
+            taken = taken > 0
         if temperature == 0:
+            law = torch.log_softmax(logits.float(), dim=-1)  # log q at T = 1, for the path scores
             scores = logits.float()
             drafts = torch.topk(
                 scores if taken is None else scores.masked_fill(taken, -torch.inf), g.k
             ).indices
         else:
-            q = logp.exp()
+            law = q = torch.softmax(logits.float() / temperature, dim=-1)  # [B, M, V]
             if taken is not None:  # q restricted to V ∖ D, renormalised by what remains
-                q = q.masked_fill_(taken, 0.0)
-                q = q / q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+                q = q.masked_fill(taken, 0.0)
+                q = q.div_(q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny))
             drafts = verifiers[g.k].draft_unchecked(q, generator)  # [B, M, k]
         drawn = children[..., g.fixed :].reshape(B, -1)
         tokens.scatter_(1, drawn, drafts.reshape(B, -1))
-        step = logp.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # log q(child)
+        step = law.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # (log) q(child)
+        if temperature > 0:
+            step = step.log()  # -inf where q underflows to 0: those paths rank last (q < e^-87 is rounded)
     flat = children.reshape(B, -1)
     parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, children.shape[2]).reshape(B, -1))
     score.scatter_(1, flat, (score.gather(1, nodes)[..., None] + step).reshape(B, -1))

@@ -1,0 +1,82 @@
+"""The draft phase's path scores on extreme draft laws, against float64 log-probabilities.
+
+A node's score is the log of its path's probability under the draft, Σ log q(child | parent) in float32
+(q = softmax(logits / T)); a dynamic tree expands, and sends to the target, the best-scored nodes. The
+draft here is a table: its logits at a node depend on the node's token only, and span hundreds of nats,
+so q holds exact zeros, subnormals and one-hot rows (and rows with fewer than k positive tokens, whose
+top-k drafts tokens of q = 0).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from mdsd.tree.draft import Pending, draft_tree
+from mdsd.tree.plan import DynamicTree
+from mdsd.verifiers import verifier
+
+V = 12
+TINY = float(np.finfo(np.float32).tiny)  # below it float32 q is rounded to a subnormal or to 0
+
+
+class TableDraft:
+    """The draft-cache interface (:mod:`mdsd.tree.cache`) over a table: logits at token t = ``table[t]``."""
+
+    def __init__(self, table: torch.Tensor, rows: int) -> None:
+        self.table, self.rows = table, rows
+
+    def begin(self) -> None:
+        pass
+
+    def live(self) -> torch.Tensor:
+        return torch.zeros(self.rows, dtype=torch.long)
+
+    def forward(self, ids, visible, positions, keep, block_valid, local=None):  # noqa: ARG002
+        return self.table[ids[:, -keep:]], torch.zeros(self.rows, dtype=torch.bool)
+
+
+def _table(seed: int) -> torch.Tensor:
+    """Logits [V, V] whose rows span 0 to −900 nats (e^−900 underflows even float64), with ties and
+    one-hot rows."""
+    gen = np.random.default_rng(seed)
+    table = -gen.choice([0.0, 0.5, 3.0, 40.0, 90.0, 101.0, 300.0, 900.0], size=(V, V))
+    table[0] = -900.0
+    table[0, 3] = 0.0  # one-hot
+    table[1] = 0.0  # uniform: ties everywhere
+    return torch.tensor(table, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 0.05, 1.0])
+@pytest.mark.parametrize("seed", range(4))
+def test_path_scores_are_float64_log_probabilities_and_rank_the_expansions(temperature, seed):
+    rows = 16
+    table = _table(seed)
+    tree = DynamicTree(depth=3, k=2, expand=2, budget=4)
+    plan = tree.plan()
+    gen = torch.Generator().manual_seed(seed)
+    pending = Pending(torch.randint(V, (rows, 1), generator=gen), torch.ones(rows, 1, dtype=torch.bool))
+    drafted, bad = draft_tree(
+        TableDraft(table, rows), pending, plan, {2: verifier("rrsw", 2)}, temperature, gen
+    )
+    assert not bad.any()
+    exact = torch.log_softmax(table.double() / temperature, dim=-1)  # log q(child | parent token), float64
+    score, tokens, parent = drafted.score.double(), drafted.tokens, drafted.parent
+    assert not score.isnan().any() and (score[:, 0] == 0).all()
+    nodes = torch.arange(1, plan.num_nodes)
+    step = score[:, nodes] - score.gather(1, parent[:, nodes])  # log q of each drafted child
+    want = exact[tokens.gather(1, parent[:, nodes]), tokens[:, nodes]]
+    seen = score.gather(1, parent[:, nodes]).isfinite()  # below an underflowed node the step is unknown
+    normal = seen & (want > np.log(TINY) + 1)
+    assert torch.allclose(step[normal], want[normal], rtol=1e-5, atol=1e-3)
+    rounded = seen & (want < np.log(TINY))  # q rounded to a subnormal or 0: ranks below every normal q
+    assert (step[rounded] < np.log(TINY) + 1).all()
+    for e in drafted.expansions:  # the expanded nodes are the best-scored of their pool
+        if e.group.pool is None:
+            continue
+        lo, hi = e.group.pool
+        pool = score[:, lo:hi]
+        chosen = score.gather(1, e.node)
+        others = pool.masked_fill(
+            torch.zeros_like(pool, dtype=torch.bool).scatter_(1, e.node - lo, True), -np.inf
+        )
+        assert (chosen.min(1).values >= others.max(1).values).all()
