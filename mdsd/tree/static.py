@@ -75,13 +75,13 @@ class StaticLM:
         self.scale = float(attn.scaling)
         param = next(p for p in model.parameters() if p.is_floating_point())
         shape = (2, len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        # keys and values in one buffer, written and compacted through its flat view [entries, head_dim]
-        # with one linear index (an index_copy_ of head_dim vectors: in place under torch.compile, which
-        # would copy a whole buffer back at every write into a view of it, and 3x faster on the CPU than
-        # indexing by layer, row, head and slot); read through views
+        # keys and values in one buffer, written and compacted through its flat view [entries, head_dim] with
+        # one linear index (an index_copy_ of head_dim vectors: 3x faster on the CPU than indexing by layer,
+        # row, head and slot), read through views made where they are read. torch.compile keeps the writes
+        # in place only so: a write into a view copies the whole buffer back, and so does a write into a
+        # buffer that another tensor the step holds aliases (keys and values kept as views would be)
+        self._shape = shape
         self._flat = torch.zeros(math.prod(shape[:-1]), self.head_dim, dtype=param.dtype, device=param.device)
-        cache = self._flat.view(shape)
-        self.keys, self.values = cache[0], cache[1]  # [layers, B, kv_heads, C, head_dim]
         self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
         # flat index of slot 0 of each (keys or values, layer, row, head) [2, L, B, H, 1], made once
         self._base = (torch.arange(math.prod(shape[:4]), device=param.device) * capacity).view(*shape[:4], 1)
@@ -157,9 +157,8 @@ class StaticLM:
         self._flat.index_copy_(0, at.reshape(-1), torch.stack([k, v]).reshape(-1, self.head_dim))
         # [B, H, Q, D] -> [B, kv_heads, groups · Q, D]: the heads sharing a key/value head as query rows
         q = q.reshape(B, self.kv_heads, self.groups * Q, self.head_dim)
-        out = F.scaled_dot_product_attention(
-            q, self.keys[i], self.values[i], attn_mask=mask, scale=self.scale
-        )
+        cache = self._flat.view(self._shape)  # [keys | values, layer, B, kv_heads, C, head_dim]
+        out = F.scaled_dot_product_attention(q, cache[0, i], cache[1, i], attn_mask=mask, scale=self.scale)
         out = out.reshape(B, self.kv_heads * self.groups, Q, self.head_dim).transpose(1, 2)
         return attn.o_proj(out.reshape(B, Q, -1))
 
