@@ -16,9 +16,12 @@ CUDA graph per batch size):
   generator.
 * **A captured step**, one per (plan, batch size), built on the plan's first step (which runs eagerly and
   learns how many uniforms a step takes) and reused: ``"cudagraph"`` captures the whole step — draft
-  levels, target forward, verification, walk and cache compaction — in one CUDA graph; a
-  ``torch.compile`` backend (``"inductor"``, ``"aot_eager"``, ``"eager"``) compiles it with
-  ``fullgraph=True``; ``"none"`` runs the same static step uncompiled.
+  levels, target forward, verification, walk and cache compaction — in one CUDA graph of its eager kernels;
+  ``"inductor-cudagraph"`` compiles it with inductor first (its elementwise chains over [B, nodes, V]
+  fused into fewer passes), runs the compiled step once, then captures that in one CUDA graph (vLLM's
+  arrangement: torch.compile, then its own graphs); a ``torch.compile`` backend (``"inductor"``,
+  ``"aot_eager"``, ``"eager"``) compiles it with ``fullgraph=True``; ``"none"`` runs the same static step
+  uncompiled.
 * **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
   the end, so a step's host time does not grow with the batch (a draft source's proposals and an adaptive
@@ -45,9 +48,10 @@ from mdsd.tree.plan import Plan
 from mdsd.tree.static import StaticLM, static_obstacle
 from mdsd.tree.step import Summary, decode_step
 
-__all__ = ["BACKENDS", "FastPath", "backend_of", "capture"]
+__all__ = ["BACKENDS", "GRAPHS", "FastPath", "backend_of", "capture"]
 
-BACKENDS = ("cudagraph", "inductor", "aot_eager", "eager", "none")
+BACKENDS = ("cudagraph", "inductor-cudagraph", "inductor", "aot_eager", "eager", "none")
+GRAPHS = ("cudagraph", "inductor-cudagraph")  # the backends that capture CUDA graphs
 _ALIGN = 64  # cache capacity is rounded up to a multiple of this (caches and graphs are reused across calls)
 
 
@@ -60,8 +64,8 @@ def backend_of(compile: bool | str, device: torch.device) -> str | None:
         return "cudagraph" if device.type == "cuda" else "inductor"
     if compile not in BACKENDS:
         raise ValueError(f"compile must be True, False or one of {', '.join(BACKENDS)}; got {compile!r}")
-    if compile == "cudagraph" and device.type != "cuda":
-        raise ValueError(f"compile='cudagraph' captures CUDA graphs; the models are on {device}")
+    if compile in GRAPHS and device.type != "cuda":
+        raise ValueError(f"compile={compile!r} captures CUDA graphs; the models are on {device}")
     return compile
 
 
@@ -246,12 +250,32 @@ class FastPath:
 def capture(fn, backend: str, pool=None):
     """``fn`` (no arguments, returning a tensor; it must have run once eagerly, so that lazy state exists)
     as a callable that runs it with ``backend`` (:data:`BACKENDS`): replaying one CUDA graph (memory from
-    ``pool``, shared by the graphs of one decoder), compiled by ``torch.compile(fullgraph=True)``, or as
-    is ("none"). Capturing records ``fn`` without running it."""
+    ``pool``, shared by the graphs of one decoder), compiled by ``torch.compile(fullgraph=True)``, both
+    (``"inductor-cudagraph"``), or as is ("none"). Capturing records ``fn`` without running it; with
+    ``"inductor-cudagraph"`` the first call runs the compiled ``fn`` (compiling it: no kernel is built
+    inside a capture) and records it, and later calls replay."""
     if backend == "none":
         return fn
+    if backend == "inductor-cudagraph":
+        compiled = torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend="inductor")
+        replay = None
+
+        def first_then_replay() -> torch.Tensor:
+            nonlocal replay
+            if replay is not None:
+                return replay()
+            out = compiled()
+            replay = _graph(compiled, pool)
+            return out
+
+        return first_then_replay
     if backend != "cudagraph":
         return torch.compile(_own_code(fn), fullgraph=True, dynamic=False, backend=backend)
+    return _graph(fn, pool)
+
+
+def _graph(fn, pool):
+    """``fn`` recorded in one CUDA graph: a callable that replays it and returns the recorded output."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     with torch.cuda.graph(graph, pool=pool):
@@ -268,7 +292,7 @@ def capture(fn, backend: str, pool=None):
 
 
 def _graph_pool(backend: str):
-    return torch.cuda.graph_pool_handle() if backend == "cudagraph" else None
+    return torch.cuda.graph_pool_handle() if backend in GRAPHS else None
 
 
 def _own_code(fn):

@@ -90,9 +90,10 @@ class TreeDecoder:
         False (default): the eager reference path (the models' own ``transformers`` caches). True: the fast
         path of :mod:`mdsd.tree.compiled` — static caches, fixed shapes, each step captured in one CUDA
         graph (on CUDA) or compiled by ``torch.compile(fullgraph=True)`` with inductor (elsewhere); or the
-        name of the step's backend: "cudagraph", "inductor", "aot_eager", "eager" or "none" (the static
-        step uncompiled). Llama / Qwen2-family models and verifiers with device kernels (``sync_free``)
-        only. Both paths keep the target's law; greedy decoding gives the same tokens.
+        name of the step's backend: "cudagraph", "inductor-cudagraph" (compiled by inductor, then captured),
+        "inductor", "aot_eager", "eager" or "none" (the static step uncompiled). Llama / Qwen2-family
+        models and verifiers with device kernels (``sync_free``) only. Both paths keep the target's law;
+        greedy decoding gives the same tokens.
 
     Examples
     --------
