@@ -10,6 +10,8 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
   decode     tokens/s, step time and the step's forwards timed alone (benchmarks/bench_decode.py) for
              autoregressive decoding, prompt lookup alone and the trees, fast path (CUDA graphs) at B = 1
              and 64, eager at B = 1
+  fused      the same for the step compiled by inductor and then captured (``compile="inductor-cudagraph"``):
+             AR at B = 1, binary:3 and the dynamic tree at B = 64 (with the warm-up's seconds: it compiles)
   profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
   syncs      host synchronisations of the fast path per step and per decode (torch.cuda sync debug mode,
              two decode lengths), tiny models
@@ -232,6 +234,20 @@ METHODS = [
 
 @torch.no_grad()
 def decode() -> list[dict]:
+    runs = [(FAST, spec, B) for spec, _ in METHODS for B in (1, 64)]
+    return decode_rows(runs + [("eager", "none", 1), ("eager", "chain:4", 1)])
+
+
+@torch.no_grad()
+def fused() -> list[dict]:
+    """The step compiled by inductor, then captured (``inductor-cudagraph``; on the CPU, inductor alone)."""
+    path = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"
+    return decode_rows([(path, "none", 1), (path, "binary:3", 64), (path, "dynamic:8,2,3,24", 64)])
+
+
+def decode_rows(runs: list[tuple[str, str, int]]) -> list[dict]:
+    """One row per (path, tree, B): bench_decode's figures. The forwards are timed captured as the
+    ``decode`` section times them (``inductor-cudagraph``'s own forwards would compile per shape)."""
     target, draft = pair()
     vocab = target.config.vocab_size
     new = 16 if SMALL else 64
@@ -240,18 +256,20 @@ def decode() -> list[dict]:
     )
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(vocab, (64, cfg.prompt_tokens), generator=gen).tolist()
-    runs = [(FAST, spec, B) for spec, _ in METHODS for B in (1, 64)]
-    runs += [("eager", "none", 1), ("eager", "chain:4", 1)]
     rows = []
     for path, spec, B in runs:
         row = {"path": path, "tree": spec, "batch": B}
         try:
             dec = bench_decode._decoder(target, draft, spec, cfg, path)
+            start = time.time()
             timed = mdsd.costs.time_decode(dec, prompts[:B], new, 0)
+            row["seconds_with_warm_up"] = time.time() - start  # the fused path compiles in its warm-up
             context = int(np.mean([c for _, c, _ in timed.schedule]))
             recorder = bench_decode._decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
             shapes = bench_decode.step_shapes(recorder, prompts[:B], new)
-            fwd = bench_decode.forwards_seconds(dec, shapes, context, cfg, path)
+            fwd = bench_decode.forwards_seconds(
+                dec, shapes, context, cfg, "eager" if path == "eager" else FAST
+            )
             step = timed.seconds / timed.steps
             row.update(
                 steps=timed.steps,
@@ -425,6 +443,7 @@ PLAN = [
     ("env", env),
     ("forwards", forwards),
     ("decode", decode),
+    ("fused", fused),
     ("profiles", profiles),
     ("syncs", syncs),
     ("law", law),
