@@ -9,7 +9,9 @@ Every cache of mdsd keeps the same two regions per row:
   Q]`` inside the new block (causal for pending tokens, "ancestors or self" for tree nodes;
   docs/mathematics.md §4).
 
-:meth:`forward` runs the model on a block and records it; :meth:`commit` keeps the accepted path's step
+:meth:`forward` runs the model on a block, records it and returns its logits at the cache's sampling
+temperature T (:func:`tempered`: logits / T, the argument of the laws' softmax, so that the step never
+divides); :meth:`commit` keeps the accepted path's step
 entries (``index [B, W]`` slot offsets into the step region, ``count [B]`` of them valid), moved in order
 to the end of the committed region by an in-place gather, so a step costs O(block) cache traffic, not
 O(context).
@@ -27,7 +29,7 @@ import inspect
 
 import torch
 
-__all__ = ["block_mask", "ModelCache", "cache_keywords", "returned_cache", "finite"]
+__all__ = ["block_mask", "ModelCache", "cache_keywords", "returned_cache", "finite", "tempered"]
 
 
 def block_mask(past: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -98,6 +100,14 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
     return next(p.dtype for p in model.parameters() if p.is_floating_point())
 
 
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Logits at temperature T: ``logits / T`` in float32 for T > 0 (none needed at T = 1); as they are at
+    T = 0 (greedy decoding reads their argmax only). softmax of them is the law at T."""
+    if temperature in (0.0, 1.0):
+        return logits
+    return logits.float() / temperature
+
+
 def finite(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``logits`` [B, Q, V] with non-finite entries replaced by zeros, and the flag [B] of rows that had
     any (so a step can finish and the caller raise once it reads the flag)."""
@@ -112,11 +122,14 @@ class ModelCache:
 
     ``cache`` is what the model returned last (None before the first forward); ``valid [B, C]`` marks the
     slots each row may attend to, and its width always equals the cache's slot count. The step's region
-    begins at slot ``start`` (:meth:`begin`).
+    begins at slot ``start`` (:meth:`begin`). Logits come out at ``temperature`` (:func:`tempered`).
     """
 
-    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device) -> None:
+    def __init__(
+        self, model: torch.nn.Module, rows: int, device: torch.device, temperature: float = 1.0
+    ) -> None:
         self.model = model
+        self.temperature = temperature
         self.cache: object = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)  # [B, C]
         self.start = 0
@@ -148,7 +161,8 @@ class ModelCache:
         local: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the model on a block ``ids`` [B, Q] at ``positions`` [B, Q]: the logits of its last ``keep``
-        tokens [B, keep, V] (non-finite ones zeroed) and the flag [B] of rows that had non-finite logits.
+        tokens [B, keep, V] at the cache's temperature (non-finite ones zeroed) and the flag [B] of rows that
+        had non-finite logits.
 
         Each new token sees the committed slots, the step's slots given by ``local`` [B, Q, S] (None: none)
         and the block's tokens given by ``visible`` [B, Q, Q]; ``block_valid`` [B, Q] says which new slots
@@ -174,7 +188,7 @@ class ModelCache:
         out = self.model(**kwargs)
         self.cache = returned_cache(out)
         self.valid = torch.cat([self.valid, block_valid], dim=1)
-        return finite(out.logits[:, -keep:])
+        return finite(tempered(out.logits[:, -keep:], self.temperature))
 
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
         """Keep of the step's slots only ``start + index[b, :count[b]]`` of each row, in order, and start

@@ -151,7 +151,7 @@ class FastPath:
 
     def _prepare(self, rows_in: list[list[int]], max_new_tokens: int, dev: torch.device) -> _State:
         """The state for this decode, reusing the last one's caches (and so its captured steps) when the
-        batch size and the capacity match."""
+        batch size, the capacity and the temperature match."""
         dec = self.decoder
         B, longest = len(rows_in), max(len(r) for r in rows_in)
         full = dec._plan(dec._depth_of(dec.tree))
@@ -159,10 +159,15 @@ class FastPath:
         region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
         capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
         state = self._state
-        if state is None or state.target.length.shape[0] != B or state.target.capacity < capacity:
+        if (
+            state is None
+            or state.target.length.shape[0] != B
+            or state.target.capacity < capacity
+            or state.target.temperature != dec.temperature  # the caches' forwards divide by it
+        ):
             self._steps = {}
-            target = StaticLM(dec.target, B, capacity)
-            draft = StaticLM(dec.draft, B, capacity) if dec.draft is not None else None
+            target = StaticLM(dec.target, B, capacity, dec.temperature)
+            draft = StaticLM(dec.draft, B, capacity, dec.temperature) if dec.draft is not None else None
             retrieved = None
             if dec.source is not None:
                 retrieved = torch.full((B, *dec.retrieve), -1, dtype=torch.long, device=dev)

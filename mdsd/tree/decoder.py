@@ -208,8 +208,8 @@ class TreeDecoder:
         timings = dict.fromkeys(("total", *PHASES) if profile else ("total",), 0.0)
         start = time.perf_counter()
         ledger = Ledger(B, max_new_tokens, self.eos_token_ids)
-        t_cache = ModelCache(self.target, B, dev)
-        d_cache = ModelCache(self.draft, B, dev) if self.draft is not None else None
+        t_cache = ModelCache(self.target, B, dev, self.temperature)
+        d_cache = ModelCache(self.draft, B, dev, self.temperature) if self.draft is not None else None
         t_pending = d_pending = Pending.from_rows(rows_in, dev)
         active = np.arange(B)  # original row of each batch row
         policy, full = self.depth_policy, self._depth_of(self.tree)

@@ -3,7 +3,7 @@
 For every row of the batch, one draft forward per depth runs over the nodes expanded at that depth (tree
 attention: each node sees the prefix and its ancestors; position = root position + depth, docs/mathematics.md
 §4), and each expanded node draws its children with its verifier's law from ``q = softmax(logits / T)``
-(float32).
+(float32; the draft's cache returns the logits divided by T, :func:`mdsd.tree.cache.tempered`).
 At T = 0 the children are the draft's top-k tokens (greedy decoding has its own path). Everything stays on
 the model's device; nothing here waits for the device.
 """
@@ -212,7 +212,7 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
                 scores if taken is None else scores.masked_fill(taken, -torch.inf), g.k
             ).indices
         else:
-            law = q = torch.softmax(logits.float() / temperature, dim=-1)  # [B, M, V]
+            law = q = torch.softmax(logits, dim=-1, dtype=torch.float32)  # [B, M, V]; logits / T already
             if taken is not None:  # q restricted to V ∖ D, renormalised by what remains
                 q = q.masked_fill(taken, 0.0)
                 q = q.div_(q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny))

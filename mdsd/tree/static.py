@@ -30,7 +30,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mdsd.tree.cache import finite
+from mdsd.tree.cache import finite, tempered
 
 __all__ = ["StaticLM", "FAMILIES", "static_obstacle"]
 
@@ -57,11 +57,11 @@ class StaticLM:
     """``model`` over static caches of ``rows`` rows and ``capacity`` slots per row.
 
     Implements the cache interface of :mod:`mdsd.tree.cache` (``begin``, ``live``, ``forward``,
-    ``commit``); ``length`` [B] (committed entries per row) and the caches are updated in place, so a
-    captured step can reuse them.
+    ``commit``; logits at ``temperature``); ``length`` [B] (committed entries per row) and the caches are
+    updated in place, so a captured step can reuse them.
     """
 
-    def __init__(self, model: torch.nn.Module, rows: int, capacity: int) -> None:
+    def __init__(self, model: torch.nn.Module, rows: int, capacity: int, temperature: float = 1.0) -> None:
         reason = static_obstacle(model)
         if reason is not None:
             raise ValueError(f"{reason}; decode with compile=False (the eager path) instead")
@@ -87,6 +87,11 @@ class StaticLM:
         self._base = (torch.arange(math.prod(shape[:4]), device=param.device) * capacity).view(*shape[:4], 1)
         self.capacity = capacity
         self.local = 0
+        self.temperature = temperature
+        # logits / T as (h / T) W: the division runs over [B, Q, hidden], not [B, Q, V], where the model's
+        # dtype holds h / T (not float16: h / 1e-3 overflows it; there the float32 logits are divided)
+        wide = torch.finfo(param.dtype).max > 1e38
+        self._fold = 1.0 / temperature if temperature not in (0.0, 1.0) and wide else None
 
     # -- the cache interface ----------------------------------------------------------------------------
 
@@ -129,7 +134,9 @@ class StaticLM:
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         h = core.norm(h[:, -keep:])
         self.local = S + Q
-        return finite(self.model.get_output_embeddings()(h))
+        if self._fold is not None:
+            return finite(self.model.get_output_embeddings()(h * self._fold))
+        return finite(tempered(self.model.get_output_embeddings()(h), self.temperature))
 
     @torch.no_grad()
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:

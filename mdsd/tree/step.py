@@ -88,7 +88,8 @@ def decode_step(
 
 def target_tree(cache, pending: Pending, drafted: Drafted) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits [B, F, V] at the forwarded nodes (root first) from one target forward over the target's
-    ``cache`` (:mod:`mdsd.tree.cache`), and the flag [B] of rows with non-finite logits."""
+    ``cache`` (:mod:`mdsd.tree.cache`; at the decoder's temperature: p = their softmax), and the flag [B]
+    of rows with non-finite logits."""
     B, P = pending.ids.shape
     nodes = drafted.forward[:, 1:]  # [B, F - 1]
     F1 = nodes.shape[1]
@@ -130,7 +131,7 @@ def verify_nodes(
         stop.scatter_(1, forward, BONUS)
 
         def law(rows: torch.Tensor) -> torch.Tensor:  # p = softmax(logits / T), only on the rows read
-            return torch.softmax(rows.float() / temperature, dim=-1)
+            return torch.softmax(rows, dim=-1, dtype=torch.float32)
 
         def bonus(nodes: torch.Tensor) -> torch.Tensor:  # a draw from p at each row's node [B]
             at = fpos.gather(1, nodes[:, None]).clamp(min=0)  # [B, 1]
@@ -177,7 +178,7 @@ def verify_paths(
     dev, V = logits.device, logits.shape[-1]
     fpos = torch.empty(B, N, dtype=torch.long, device=dev)
     fpos.scatter_(1, drafted.forward, torch.arange(N, device=dev).expand(B, -1))
-    p = torch.softmax(logits.float() / temperature, dim=-1).gather(1, fpos[..., None].expand(-1, -1, V))
+    p = torch.softmax(logits, dim=-1, dtype=torch.float32).gather(1, fpos[..., None].expand(-1, -1, V))
     internal = drafted.plan.constant(tree.branching, dev) > 0
     row = internal.long().cumsum(0) - 1  # node -> its row of q (internal nodes in order; leaves unused)
     q = p.new_zeros(B, sum(1 for kids in tree.children if kids), V)

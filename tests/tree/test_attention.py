@@ -93,7 +93,9 @@ def test_tree_distributions_equal_path_forwards(monkeypatch, tree, family, attn,
         for b, seq in prefix:
             assert seq[-1] == int(drafted.tokens[b, 0])  # the root is the last token so far
             for f, u in enumerate(drafted.forward[b].tolist()):
-                plain = _plain(target, seq + _path(drafted, b, u))
+                plain = (
+                    _plain(target, seq + _path(drafted, b, u)) / TEMPERATURE
+                )  # logits at T, as caches give
                 worst_target = max(worst_target, float((logits[b, f] - plain).abs().max()))
             for e in drafted.expansions:
                 for m, u in enumerate(e.node[b].tolist()):
@@ -123,3 +125,26 @@ def test_a_wrong_mask_is_caught(monkeypatch):
         for f, u in enumerate(drafted.forward[0].tolist())
     ]
     assert out.steps == 1 and max(errors) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("temperature", [0.0, 1e-3, 0.05, 0.6, 1.0])
+def test_both_caches_return_the_logits_at_their_temperature(dtype, temperature):
+    """Every cache returns logits / T (as they are at T = 0 and 1): the static one as (h / T) W where the
+    dtype holds h / T, which float16 does not at T = 1e-3 (there it divides the float32 logits)."""
+    from mdsd.tree.cache import ModelCache
+    from mdsd.tree.draft import causal
+    from mdsd.tree.static import StaticLM
+
+    model = tiny_lm(3, vocab=16, sharpness=40.0).to(dtype)
+    ids = torch.tensor([[1, 5, 7, 2], [3, 3, 9, 4]])
+    real = torch.ones_like(ids, dtype=torch.bool)
+    args = (ids, causal(real), torch.arange(4).expand(2, -1), 4, real)
+    with torch.no_grad():
+        plain = model(ids).logits.float()
+    want = plain if temperature == 0 else plain / temperature
+    for cache in (ModelCache(model, 2, ids.device, temperature), StaticLM(model, 2, 8, temperature)):
+        logits, bad = cache.forward(*args)
+        assert not bad.any()
+        tol = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16 / float16: the logits' own rounding
+        assert torch.allclose(logits.float(), want, rtol=tol, atol=tol * float(want.abs().max()))

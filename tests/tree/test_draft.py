@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from mdsd.tree.cache import tempered
 from mdsd.tree.draft import Pending, draft_tree
 from mdsd.tree.plan import DynamicTree
 from mdsd.verifiers import verifier
@@ -20,10 +21,11 @@ TINY = float(np.finfo(np.float32).tiny)  # below it float32 q is rounded to a su
 
 
 class TableDraft:
-    """The draft-cache interface (:mod:`mdsd.tree.cache`) over a table: logits at token t = ``table[t]``."""
+    """The draft-cache interface (:mod:`mdsd.tree.cache`) over a table: logits at token t = ``table[t]``,
+    returned at ``temperature`` as every cache returns them."""
 
-    def __init__(self, table: torch.Tensor, rows: int) -> None:
-        self.table, self.rows = table, rows
+    def __init__(self, table: torch.Tensor, rows: int, temperature: float) -> None:
+        self.table, self.rows = tempered(table, temperature), rows
 
     def begin(self) -> None:
         pass
@@ -56,7 +58,7 @@ def test_path_scores_are_float64_log_probabilities_and_rank_the_expansions(tempe
     gen = torch.Generator().manual_seed(seed)
     pending = Pending(torch.randint(V, (rows, 1), generator=gen), torch.ones(rows, 1, dtype=torch.bool))
     drafted, bad = draft_tree(
-        TableDraft(table, rows), pending, plan, {2: verifier("rrsw", 2)}, temperature, gen
+        TableDraft(table, rows, temperature), pending, plan, {2: verifier("rrsw", 2)}, temperature, gen
     )
     assert not bad.any()
     exact = torch.log_softmax(table.double() / temperature, dim=-1)  # log q(child | parent token), float64
