@@ -164,6 +164,7 @@ class DraftLaw(ABC):
     name: ClassVar[str] = "law"
     aliases: ClassVar[tuple[str, ...]] = ()
     fixed_k: ClassVar[int | None] = None  # the only k this law has (None: any k >= 1)
+    inverts: ClassVar[bool] = True  # _sample inverts q's CDF, so q's block masses save it a pass
 
     def __post_init__(self) -> None:
         check_k(self.k, "k")
@@ -277,14 +278,20 @@ class DraftLaw(ABC):
 
     @abstractmethod
     def _sample(
-        self, q: torch.Tensor, generator: torch.Generator | None, shape: tuple[int, ...] | None = None
+        self,
+        q: torch.Tensor,
+        generator: torch.Generator | None,
+        shape: tuple[int, ...] | None = None,
+        masses: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Drafts [*shape, k] for q [*Bq, V] (Bq broadcastable to ``shape``, default q's batch shape).
 
         Unchecked and free of host synchronisation; q must be normalised with at least
         :meth:`min_support` positive tokens per row. On a row with fewer, the sampler still returns
         tokens in [0, V) (no error, no NaN), which are not a draw of the law. One pair shared by many
-        tuples (``shape`` larger than q's batch) costs O(√V) a tuple, not O(V).
+        tuples (``shape`` larger than q's batch) costs O(√V) a tuple, not O(V). ``masses``: the
+        :func:`~mdsd.sampling.block_masses` of q where the caller has them (the inversions then make no
+        pass of their own over q).
         """
 
 
@@ -326,9 +333,10 @@ class IID(DraftLaw):
         for x in itertools.product(support.tolist(), repeat=self.k):
             yield x, math.prod(q[i] for i in x)
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         shape = q.shape[:-1] if shape is None else shape
-        return inverse_cdf(q, _uniforms(q, shape, self.k, generator))  # k inversions of one CDF
+        u = _uniforms(q, shape, self.k, generator)
+        return inverse_cdf(q, u, masses=masses)  # k inversions of one CDF
 
 
 @register
@@ -390,14 +398,14 @@ class WithoutReplacement(DraftLaw):
                 w *= q[i] / np.delete(q, x[:pos]).sum()
             yield x, w
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         # one race per row (V uniforms) from a generator; k sequential inverse-CDF draws (k uniforms)
         # from a stream, whose buffer holds a step's numbers, or for many tuples of one pair
         racing = not isinstance(generator, UniformStream)
         if racing and (shape is None or math.prod(shape) == math.prod(q.shape[:-1])):
             return race_top_k(q if shape is None else q.expand(*shape, q.shape[-1]), self.k, generator)
         u = _uniforms(q, q.shape[:-1] if shape is None else shape, self.k, generator)
-        masses = block_masses(q)  # one pass over q for the k draws
+        masses = block_masses(q) if masses is None else masses  # one pass over q for the k draws
         drawn = inverse_cdf(q, u[..., :1], masses=masses)  # [*shape, 1]
         for i in range(1, self.k):
             more = inverse_cdf(q, u[..., i : i + 1], masses=masses, dropped=drawn)
@@ -443,11 +451,11 @@ class Hub(DraftLaw):
                 yield (i, a), q[i]
                 yield (a, i), q[a] * q[i] / rest
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         shape = q.shape[:-1] if shape is None else shape
         hub = q.argmax(dim=-1, keepdim=True).expand(*shape, 1)  # first maximum = lowest index
         u = _uniforms(q, shape, 2, generator)
-        masses = block_masses(q)
+        masses = block_masses(q) if masses is None else masses
         first = inverse_cdf(q, u[..., :1], masses=masses)  # [*shape, 1]
         other = inverse_cdf(q, u[..., 1:], masses=masses, dropped=hub)  # q restricted to V∖{hub}
         return torch.cat([first, torch.where(first == hub, other, hub)], dim=-1)
@@ -483,13 +491,14 @@ class Greedy(DraftLaw):
         for x in order[self.k - 1 :].tolist():
             yield (*top, x), q[x] / rest
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         shape = q.shape[:-1] if shape is None else shape
         u = _uniforms(q, shape, 1, generator)
         if self.k == 1:
-            return inverse_cdf(q, u)
+            return inverse_cdf(q, u, masses=masses)
         top = top_k(q, self.k - 1).expand(*shape, self.k - 1)  # T [*shape, k-1]
-        return torch.cat([top, inverse_cdf(q, u, dropped=top)], dim=-1)  # then q restricted to V∖T
+        rest = inverse_cdf(q, u, masses=masses, dropped=top)  # then q restricted to V∖T
+        return torch.cat([top, rest], dim=-1)
 
 
 @register
@@ -498,6 +507,7 @@ class TopK(DraftLaw):
     """Deterministic top-k drafts (EAGLE-2/3, SGLang): x̄ = the k most likely tokens of q, Q(x̄) = 1."""
 
     name = "topk"
+    inverts: ClassVar[bool] = False
 
     def check(self, q: np.ndarray, name: str = "q") -> None:
         if q.shape[-1] < self.k:
@@ -525,7 +535,7 @@ class TopK(DraftLaw):
             raise ValueError(f"q has {qt.shape[-1]} tokens; {self!r} needs at least {self.k}")
         return self._sample(qt, generator)
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         top = top_k(q, self.k)
         return top if shape is None else top.expand(*shape, self.k)
 
@@ -542,6 +552,7 @@ class Joint(DraftLaw):
 
     table: tuple[tuple[tuple[int, ...], float], ...] = ()
     name = "joint"
+    inverts: ClassVar[bool] = False
 
     def __init__(self, table: dict[tuple[int, ...], float]) -> None:
         if not isinstance(table, dict) or not table:
@@ -574,7 +585,7 @@ class Joint(DraftLaw):
     def _joint(self, q):
         yield from self.table
 
-    def _sample(self, q, generator, shape=None):
+    def _sample(self, q, generator, shape=None, masses=None):
         shape = q.shape[:-1] if shape is None else shape
         tuples = torch.tensor([x for x, _ in self.table], device=q.device)  # [M, k]
         weights = torch.tensor([w for _, w in self.table], dtype=torch.float64, device=q.device)

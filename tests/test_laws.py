@@ -286,7 +286,7 @@ def test_a_new_law_needs_only_its_class(monkeypatch):
             for x in np.flatnonzero(q).tolist():
                 yield (x,) * self.k, q[x]
 
-        def _sample(self, q, generator):
+        def _sample(self, q, generator, shape=None, masses=None):
             x = torch.multinomial(q.reshape(-1, q.shape[-1]), 1, generator=generator)
             return x.expand(-1, self.k).reshape(*q.shape[:-1], self.k)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mdsd.sampling import block_masses
 from mdsd.tree.plan import Group, Plan
 
 __all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "causal"]
@@ -44,6 +45,9 @@ class Expansion:
     valid: torch.Tensor  # [B, M, fixed + k] bool: the child exists (a source may propose fewer tokens)
     q: torch.Tensor | None  # [B, M, V] law of the drawn children: q with the deterministic ones removed
     active: torch.Tensor  # [B, M] bool: the slot is expanded in this row (adaptive depths switch it off)
+    masses: torch.Tensor | None = (
+        None  # [B, M, NB] block masses of q (mdsd.sampling), drawn and verified with
+    )
 
 
 @dataclass
@@ -198,7 +202,8 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
     children = plan.constant(g.children, nodes.device).expand(B, -1, -1)  # [B, M, fixed + k]
     fixed = children[..., : g.fixed]
     kept = valid.gather(1, fixed.reshape(B, -1)).reshape(B, M, g.fixed)  # deterministic children that exist
-    q, step = None, torch.zeros(B, M, g.fixed + g.k, device=nodes.device)
+    q = masses = None
+    step = torch.zeros(B, M, g.fixed + g.k, device=nodes.device)
     if g.k > 0:
         taken = None  # D, the deterministic children's tokens (none: q is the softmax itself)
         if g.fixed:
@@ -216,7 +221,9 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
             if taken is not None:  # q restricted to V ∖ D, renormalised by what remains
                 q = q.masked_fill(taken, 0.0)
                 q = q.div_(q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny))
-            drafts = verifiers[g.k].draft_unchecked(q, generator)  # [B, M, k]
+            if verifiers[g.k].law.inverts:  # one pass over q for its draws and its verification
+                masses = block_masses(q)
+            drafts = verifiers[g.k].draft_unchecked(q, generator, masses)  # [B, M, k]
         drawn = children[..., g.fixed :].reshape(B, -1)
         tokens.scatter_(1, drawn, drafts.reshape(B, -1))
         step = law.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # (log) q(child)
@@ -234,7 +241,7 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
     if limit is not None:
         active &= limit[:, None] > g.depth
     alive = torch.cat([kept, torch.ones(B, M, g.k, dtype=torch.bool, device=nodes.device)], dim=2)
-    return Expansion(g, nodes, children, alive, q, active)
+    return Expansion(g, nodes, children, alive, q, active, masses)
 
 
 def _mark_self(ancestors: torch.Tensor, nodes: torch.Tensor) -> None:

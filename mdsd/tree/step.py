@@ -230,13 +230,13 @@ def _verify_mixed(
     """
     f = e.group.fixed
     if f == 0:
-        return verifier.verify_unchecked(p, e.q, drafts, generator)
+        return verifier.verify_unchecked(p, e.q, drafts, generator, e.masses)
     D, have = drafts[..., :f], e.valid[..., :f]  # [B, M, f]
     mass = p.gather(-1, D) * have  # p(d) for the existing deterministic children
     phantom = D[..., :1]  # d₀: the first proposal exists whenever any does
     taken = torch.zeros_like(p, dtype=torch.int32).scatter_add_(-1, D, have.to(torch.int32)) > 0
     tilde = p.masked_fill(taken, 0.0).scatter_add_(-1, phantom, mass.sum(-1, keepdim=True))
-    tok, idx = verifier.verify_unchecked(tilde, e.q, drafts[..., f:], generator)
+    tok, idx = verifier.verify_unchecked(tilde, e.q, drafts[..., f:], generator, e.masses)
     u = uniform(tuple(mass.shape[:-1]), generator, mass.device).to(mass.dtype)
     cdf = mass.cumsum(-1)
     pick = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp(max=f - 1)  # [B, M, 1]

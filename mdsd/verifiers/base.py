@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from mdsd.laws import DraftLaw
-from mdsd.sampling import drawn_top_k, inverse_cdf, top_k
+from mdsd.sampling import block_masses, drawn_top_k, inverse_cdf, top_k
 from mdsd.validation import as_pair, as_probability_tensor, check_k
 from mdsd.verifiers.ops import Uniforms, draw_uniforms, first_match, take, top_tokens
 
@@ -50,7 +50,8 @@ class Rows:
     (uniform q, drafts 0..k−1) so that the kernel's arithmetic stays finite; :meth:`draw` returns a
     draw of p there and the base class ignores the kernel's accept decision. ``shared``: one pair
     p, q [V] drafted many times by :meth:`Verifier.simulate` (a kernel may lay the pair out once,
-    on the host); never set on the decoder's path.
+    on the host); never set on the decoder's path. ``q_masses``: the
+    :func:`~mdsd.sampling.block_masses` of q where the caller had them (the drafting's), else None.
     """
 
     p: torch.Tensor
@@ -59,6 +60,7 @@ class Rows:
     u: Uniforms
     degenerate: torch.Tensor | None
     shared: bool = False
+    q_masses: torch.Tensor | None = None
 
     def draw(self, w: torch.Tensor, dropped: torch.Tensor | None = None) -> torch.Tensor:
         """The residual token [*B]: a draw of weights ``w`` [*Bw, V] (less the tokens ``dropped``) with
@@ -69,6 +71,11 @@ class Rows:
     def draw_p(self) -> torch.Tensor:
         """A draw of p [*B] with the residual uniform."""
         return inverse_cdf(self.p, self.u.residual.unsqueeze(-1))[..., 0]
+
+
+def _rows(t: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    """Rows ``start:stop`` of a flat [rows, ...] tensor, or None."""
+    return None if t is None else t[start:stop]
 
 
 def collapse(t: torch.Tensor, batch: tuple[int, ...], event: int = 0) -> torch.Tensor:
@@ -242,28 +249,36 @@ class Verifier(ABC):
             generator.seed()
         return self.draft_unchecked(qt, generator)
 
-    def draft_unchecked(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def draft_unchecked(
+        self, q: torch.Tensor, generator: torch.Generator | None, masses: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The drafting kernel: k drafts [*B, k] (int64) for each row of q [*B, V], on q's device.
 
         ``q`` float32 or float64, each row non-negative and summing to 1, V large enough for the law
         (:meth:`vocabulary_obstacle`). No validation and no host synchronisation. A row with fewer
         than ``law.min_support()`` positive tokens gets its deterministic top-k (all of its support by
         decreasing q, ties towards the lower index, then the lowest-index tokens with q = 0); every
-        other row a draw of the law, never a token with q = 0.
+        other row a draw of the law, never a token with q = 0. ``masses`` [*B, NB]: q's
+        :func:`~mdsd.sampling.block_masses`, if the caller has them (same draws, one pass less).
         """
         starts = self._slab_starts(q, q.shape[:-1])
         if starts is None:
-            return self._draft_rows(q, generator)
+            return self._draft_rows(q, generator, masses)
         flat = q.reshape(-1, q.shape[-1])
+        flat_masses = None if masses is None else masses.reshape(flat.shape[0], -1)
         bounds = zip(starts, [*starts[1:], flat.shape[0]], strict=True)
-        out = torch.cat([self._draft_rows(flat[a:b], generator) for a, b in bounds])
+        out = torch.cat([self._draft_rows(flat[a:b], generator, _rows(flat_masses, a, b)) for a, b in bounds])
         return out.reshape(*q.shape[:-1], self.k)
 
-    def _draft_rows(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def _draft_rows(
+        self, q: torch.Tensor, generator: torch.Generator | None, masses: torch.Tensor | None
+    ) -> torch.Tensor:
         need = self.law.min_support()
         if need <= 1:
-            return self.law._sample(q, generator)
-        drawn = self.law._sample(q, generator)  # on a row with fewer than `need` positive tokens: replaced
+            return self.law._sample(q, generator, masses=masses)
+        drawn = self.law._sample(
+            q, generator, masses=masses
+        )  # rows with fewer than `need` positive tokens: replaced
         degenerate, top = drawn_top_k(q, drawn, need)  # there: the top-k, from the draws (all its support)
         return torch.where(degenerate.unsqueeze(-1), top, drawn)
 
@@ -284,7 +299,12 @@ class Verifier(ABC):
         return tokens, first_match(dt, tokens)
 
     def verify_unchecked(
-        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator | None
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor,
+        drafts: torch.Tensor,
+        generator: torch.Generator | None,
+        q_masses: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The verification kernel: (tokens [*B], accepted_index [*B]), both int64 on p's device.
 
@@ -293,10 +313,11 @@ class Verifier(ABC):
         that q. ``accepted_index`` is the index of the first draft equal to the emitted token, -1 if
         none (a residual token that equals a draft counts as accepted). One ``torch.rand`` of shape
         [*B, k + 1] from ``generator`` per call. No validation, no host synchronisation; on
-        degenerate rows (a draft with q = 0) the token is a draw of p.
+        degenerate rows (a draft with q = 0) the token is a draw of p. ``q_masses`` [*Bp, NB]: q's
+        :func:`~mdsd.sampling.block_masses` if the caller has them (the same tokens, a pass less).
         """
         u = draw_uniforms(tuple(drafts.shape[:-1]), self._uniform_columns(), generator, p.device)
-        tokens = self._tokens(p, q, drafts, u)
+        tokens = self._tokens(p, q, drafts, u, q_masses)
         return tokens, first_match(drafts, tokens)
 
     def verify_with(
@@ -307,31 +328,48 @@ class Verifier(ABC):
         tokens = self._tokens(pt, qt, dt, uniforms)
         return tokens, first_match(dt, tokens)
 
-    def _tokens(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms) -> torch.Tensor:
+    def _tokens(
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor,
+        drafts: torch.Tensor,
+        u: Uniforms,
+        q_masses: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         batch = drafts.shape[:-1]
         starts = self._slab_starts(p, batch)
         if starts is None:  # one block (off the CPU, small, or one pair shared by many tuples)
-            return self._verify_block(p, q, drafts, u)
+            return self._verify_block(p, q, drafts, u, q_masses=q_masses)
         n, rows = p.shape[-1], math.prod(batch)
         p, q, drafts = p.reshape(rows, n), q.reshape(rows, n), drafts.reshape(rows, self.k)
+        q_masses = None if q_masses is None else q_masses.reshape(rows, -1)
         u = Uniforms(u.accept.reshape(rows, u.accept.shape[-1]), u.residual.reshape(rows))
         out = [
-            self._verify_block(p[a:b], q[a:b], drafts[a:b], u.rows(a, b))
+            self._verify_block(p[a:b], q[a:b], drafts[a:b], u.rows(a, b), q_masses=_rows(q_masses, a, b))
             for a, b in zip(starts, [*starts[1:], rows], strict=True)
         ]
         return torch.cat(out).reshape(batch)
 
     def _verify_block(
-        self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: Uniforms, shared: bool = False
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor,
+        drafts: torch.Tensor,
+        u: Uniforms,
+        shared: bool = False,
+        q_masses: torch.Tensor | None = None,
     ) -> torch.Tensor:
         degenerate = None
         if self.law.min_support() > 1:
             degenerate = (take(q, drafts) == 0).any(-1)  # [*B]: only the degenerate rule drafts q = 0
             flag = collapse(degenerate, q.shape[:-1]).unsqueeze(-1).to(q.dtype)
             q = torch.addcmul(flag / q.shape[-1], q, 1.0 - flag)  # stand-in: uniform q (exactly q elsewhere)
+            if q_masses is not None:  # the stand-in's: a block holds size / V of the mass
+                uniform = block_masses(torch.full_like(q[(0,) * (q.ndim - 1)], 1.0 / q.shape[-1]))
+                q_masses = torch.where(flag.bool(), uniform, q_masses)
             stand_in = torch.arange(self.k, device=drafts.device)
             drafts = torch.where(degenerate.unsqueeze(-1), stand_in, drafts)
-        proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate, shared))
+        proposal, accepted, residual = self._verify(Rows(p, q, drafts, u, degenerate, shared, q_masses))
         if degenerate is not None:
             accepted = accepted & ~degenerate
         return torch.where(accepted, proposal, residual)

@@ -76,7 +76,7 @@ class GreedyVerifier(Verifier):
         p, q, drafts, u = rows.p, rows.q, rows.drafts, rows.u
         x = drafts[..., -1:]  # the random draft [*B, 1]
         top = collapse(drafts[..., :-1], q.shape[:-1], event=1)  # T [*Bq, K-1]: one T per row of q
-        rest = mass_outside(q, top)  # 1 − q(T) [*Bq], float64: q' = q / rest off T
+        rest = mass_outside(q, top, rows.q_masses)  # 1 − q(T) [*Bq], float64: q' = q / rest off T
         accepted = u.accept[..., -1] * (take(q, x)[..., 0] / rest) < take(p, x)[..., 0]
         gain = torch.addcdiv(p, q, -rest.to(p.dtype).unsqueeze(-1)).clamp_min_(0)  # (p − q')+ off T
         gain = gain.scatter_(-1, top, take(p, top))  # q' = 0 on T

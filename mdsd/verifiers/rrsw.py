@@ -171,7 +171,7 @@ class RRSwVerifier(Verifier):
         part = _SortedPart(p, q) if shared else _DensePart(p, q)
         # rest_i = 1 − q(x_1) − … − q(x_{i−1}) = Σ_{y ∉ x_1..x_{k−1}} q(y) + q(x_i) + … + q(x_{k−1})
         later = qx[..., : self.k - 1].flip(-1).cumsum(-1).flip(-1)  # [*B, K-1]
-        outside = mass_outside(q, drafts[..., : self.k - 1]).unsqueeze(-1)  # [*B, 1]
+        outside = mass_outside(q, drafts[..., : self.k - 1], rows.q_masses).unsqueeze(-1)  # [*B, 1]
         rest = torch.cat([later + outside, outside], dim=-1)  # [*B, K]
         mass = torch.ones_like(rest[..., 0])  # Z_1 = Σ p
         accept = []

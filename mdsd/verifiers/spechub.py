@@ -14,8 +14,11 @@ from mdsd.verifiers.registry import register
 __all__ = ["SpecHubVerifier", "spechub_terms"]
 
 
-def spechub_terms(p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The per-row quantities of SpecHub for p, q [..., V] and the hub a [...] (a = argmax q).
+def spechub_terms(
+    p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor, q_masses: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """The per-row quantities of SpecHub for p, q [..., V] and the hub a [...] (a = argmax q; q's block
+    masses ``q_masses`` if known).
 
     Q(a, j) = q_a q_j / (1 − q_a), S_ia = Σ_{j≠a} (q_j − p_j)+, S_ai = Σ_{j≠a} (Q(a,j) − (p_j − q_j)+)+, and
     the residual p''_j = ((p_j − q_j)+ − Q(a,j))+ (j ≠ a), p''_a = ((p_a − S_ai)+ − S_ia)+.
@@ -25,7 +28,7 @@ def spechub_terms(p: torch.Tensor, q: torch.Tensor, hub: torch.Tensor) -> dict[s
     """
     a = hub.unsqueeze(-1)  # [..., 1]
     qa, pa = q.gather(-1, a)[..., 0], p.gather(-1, a)[..., 0]
-    rest = mass_outside(q, a)  # 1 − q_a, float64
+    rest = mass_outside(q, a, q_masses)  # 1 − q_a, float64
     d = (p - q).scatter_(-1, a, 0)  # p_j − q_j off the hub, 0 at the hub
     s_ia = -d.clamp(max=0).sum(-1).to(torch.float64)
     gain = d.clamp_min_(0)  # (p_j − q_j)+, j ≠ a
@@ -104,7 +107,7 @@ class SpecHubVerifier(Verifier):
         )
         hub = torch.where(hub_first, drafts[..., 0], drafts[..., 1])  # [*B]
         i = torch.where(hub_first, drafts[..., 1], drafts[..., 0]).unsqueeze(-1)  # the other draft
-        t = spechub_terms(p, q, collapse(hub, q.shape[:-1]))
+        t = spechub_terms(p, q, collapse(hub, q.shape[:-1]), rows.q_masses)
         pi, qi = take(p, i)[..., 0].double(), take(q, i)[..., 0].double()
         gain_i, pair_i = (pi - qi).clamp_min(0), t["qa"] * (qi / t["rest"])  # Q(a, i)
         pa, s_ia, s_ai = t["pa"], t["s_ia"], t["s_ai"]

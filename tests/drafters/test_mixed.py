@@ -12,6 +12,7 @@ from scipy.stats import chisquare
 from mdsd.drafters.mixed import mixed_acceptance, mixed_law, mixed_optimum, phantom_target, restricted_draft
 from mdsd.laws import IID, Greedy, Hub, WithoutReplacement
 from mdsd.otm import solve_otm
+from mdsd.sampling import block_masses
 from mdsd.verifiers import VERIFIERS, verifier
 
 
@@ -86,6 +87,7 @@ class _Group:
 class _Expansion:
     def __init__(self, q, valid, fixed, k):
         self.q, self.valid, self.group = q, valid, _Group(fixed, k)
+        self.masses = block_masses(q)  # as the decoder's drafting hands them on
 
 
 @pytest.mark.parametrize("name", ["rrs", "rrsw", "spechub", "greedy", "kseq", "topk"])

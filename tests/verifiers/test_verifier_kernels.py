@@ -201,3 +201,30 @@ def test_kernels_trace_whole_with_torch_compile(name, k):
     u = draw_uniforms((6,), v._uniform_columns(), gen)
     compiled = torch.compile(v._verify_block, fullgraph=True, backend="eager")
     assert torch.equal(compiled(p, q, drafts, u), v._verify_block(p, q, drafts, u))
+
+
+@pytest.mark.parametrize(("name", "k"), [(n, k) for n, k in KERNEL_GRID if mdsd.verifier(n, k).law.inverts])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_drafting_block_masses_change_no_draft_and_no_token(name, k, dtype):
+    """The decoder hands q's block masses, summed once for the drafting, to the drafting and to the
+    verification (``masses``, ``q_masses``): the same drafts and the same tokens as when each sums them
+    itself, on rows with one-hot q (degenerate: the stand-in's masses), entries of 1e-300 and exact
+    zeros, in one block and in CPU slabs."""
+    from mdsd.sampling import UniformStream, block_masses
+
+    v = mdsd.verifier(name, k)
+    p, q = _inputs(name, k, (40,), 50, torch.float64, seed=k)
+    q[1::3, ::2] = 0.0
+    q[1::3, 1::4] = 1e-300
+    q = (q / q.sum(-1, keepdim=True)).to(dtype)
+    p = p.to(dtype)
+    masses = block_masses(q)
+    values = torch.rand(40 * k, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    for source in (lambda: UniformStream(values), lambda: torch.Generator().manual_seed(5)):
+        drafts = v.draft_unchecked(q, source())
+        assert torch.equal(drafts, v.draft_unchecked(q, source(), masses))
+    for slab in (mdsd.verifiers.base.CPU_SLAB, 7 * 50):
+        with mock.patch("mdsd.verifiers.base.CPU_SLAB", slab):
+            a = v.verify_unchecked(p, q, drafts, torch.Generator().manual_seed(6))
+            b = v.verify_unchecked(p, q, drafts, torch.Generator().manual_seed(6), masses)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
