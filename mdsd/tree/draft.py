@@ -45,9 +45,7 @@ class Expansion:
     valid: torch.Tensor  # [B, M, fixed + k] bool: the child exists (a source may propose fewer tokens)
     q: torch.Tensor | None  # [B, M, V] law of the drawn children: q with the deterministic ones removed
     active: torch.Tensor  # [B, M] bool: the slot is expanded in this row (adaptive depths switch it off)
-    masses: torch.Tensor | None = (
-        None  # [B, M, NB] block masses of q (mdsd.sampling), drawn and verified with
-    )
+    masses: torch.Tensor | None = None  # [B, M, NB] q's block masses (drafting and verification share them)
 
 
 @dataclass
