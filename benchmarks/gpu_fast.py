@@ -235,19 +235,20 @@ METHODS = [
 @torch.no_grad()
 def decode() -> list[dict]:
     runs = [(FAST, spec, B) for spec, _ in METHODS for B in (1, 64)]
-    return decode_rows(runs + [("eager", "none", 1), ("eager", "chain:4", 1)])
+    return decode_rows("decode", runs + [("eager", "none", 1), ("eager", "chain:4", 1)])
 
 
 @torch.no_grad()
 def fused() -> list[dict]:
     """The step compiled by inductor, then captured (``inductor-cudagraph``; on the CPU, inductor alone)."""
     path = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"
-    return decode_rows([(path, "none", 1), (path, "binary:3", 64), (path, "dynamic:8,2,3,24", 64)])
+    return decode_rows("fused", [(path, "none", 1), (path, "binary:3", 64), (path, "dynamic:8,2,3,24", 64)])
 
 
-def decode_rows(runs: list[tuple[str, str, int]]) -> list[dict]:
-    """One row per (path, tree, B): bench_decode's figures. The forwards are timed captured as the
-    ``decode`` section times them (``inductor-cudagraph``'s own forwards would compile per shape)."""
+def decode_rows(name: str, runs: list[tuple[str, str, int]]) -> list[dict]:
+    """One row per (path, tree, B): bench_decode's figures, saved as section ``name`` after each row (a
+    run cut by its time limit keeps its rows). The forwards are timed captured as the ``decode`` section
+    times them (``inductor-cudagraph``'s own forwards would compile per shape)."""
     target, draft = pair()
     vocab = target.config.vocab_size
     new = 16 if SMALL else 64
@@ -284,6 +285,8 @@ def decode_rows(runs: list[tuple[str, str, int]]) -> list[dict]:
         except Exception as err:
             row["error"] = repr(err)[:300]
         rows.append(row)
+        RES[name] = rows
+        save()
         log(
             f"decode {path} {spec} B={B}: "
             + json.dumps(
