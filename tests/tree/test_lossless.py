@@ -242,16 +242,16 @@ class _ResampleFromP:
     """Broken on purpose: after a rejection it draws from p instead of the residual."""
 
     def __init__(self, inner):
-        self.inner = inner
+        self.inner, self.law = inner, inner.law
 
-    def draft_unchecked(self, q, generator):
-        return self.inner.draft_unchecked(q, generator)
+    def draft_unchecked(self, q, generator, masses=None):
+        return self.inner.draft_unchecked(q, generator, masses)
 
     def reads_back(self, n):
         return self.inner.reads_back(n)
 
-    def verify_unchecked(self, p, q, drafts, generator):
-        tokens, index = self.inner.verify_unchecked(p, q, drafts, generator)
+    def verify_unchecked(self, p, q, drafts, generator, q_masses=None):
+        tokens, index = self.inner.verify_unchecked(p, q, drafts, generator, q_masses)
         fresh = inverse_cdf(p, uniform((*index.shape, 1), generator, p.device))[..., 0]
         return torch.where(index < 0, fresh, tokens), index
 
