@@ -30,6 +30,8 @@ import torch
 
 
 def add_parser(subparsers) -> None:
+    from mdsd.tree.compiled import BACKENDS
+
     parser = subparsers.add_parser(
         "decode",
         help="speculative decoding with a token tree and a verifier",
@@ -77,7 +79,7 @@ def add_parser(subparsers) -> None:
         default="false",
         help="the decoder's fast path (static caches, a captured step; Llama/Qwen2-family models): "
         "--compile alone picks a CUDA graph on CUDA and inductor elsewhere, or name the backend: "
-        "cudagraph, inductor, aot_eager, eager, none (default: the eager path)",
+        f"{', '.join(BACKENDS)} (default: the eager path)",
     )
     parser.add_argument("--dtype", default="float32", help="model dtype (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="torch device of both models (default: %(default)s)")
