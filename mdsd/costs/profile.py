@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from mdsd.tree.cache import ModelCache
-from mdsd.tree.compiled import GRAPHS, backend_of, capture
+from mdsd.tree.compiled import backend_of, capture, graph_pool
 from mdsd.tree.draft import causal
 from mdsd.tree.static import StaticLM
 
@@ -352,7 +352,7 @@ def _static_forwards(model, B: int, c: int, tokens, vocab: int, dev, generator, 
             real,
         )
         lm.commit(torch.arange(c, device=dev).expand(B, -1), torch.full((B,), c, device=dev))
-    runs, pool = [], torch.cuda.graph_pool_handle() if backend in GRAPHS else None
+    runs, pool = [], graph_pool(backend)
     for t in tokens:
         ids, real = _random_ids(B, t, vocab, dev, generator), torch.ones(B, t, dtype=torch.bool, device=dev)
         visible, positions = causal(real), c + torch.arange(t, device=dev).expand(B, -1)

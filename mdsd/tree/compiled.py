@@ -48,7 +48,7 @@ from mdsd.tree.plan import Plan
 from mdsd.tree.static import StaticLM, static_obstacle
 from mdsd.tree.step import Summary, decode_step
 
-__all__ = ["BACKENDS", "GRAPHS", "FastPath", "backend_of", "capture"]
+__all__ = ["BACKENDS", "GRAPHS", "FastPath", "backend_of", "capture", "graph_pool"]
 
 BACKENDS = ("cudagraph", "inductor-cudagraph", "inductor", "aot_eager", "eager", "none")
 GRAPHS = ("cudagraph", "inductor-cudagraph")  # the backends that capture CUDA graphs
@@ -248,7 +248,7 @@ class FastPath:
         def step() -> torch.Tensor:
             return self._step(state, plan, limited, UniformStream(uniforms))[0]
 
-        self._pool = self._pool if self._pool is not None else _graph_pool(self.backend)
+        self._pool = self._pool if self._pool is not None else graph_pool(self.backend)
         return capture(step, self.backend, self._pool)
 
 
@@ -296,7 +296,8 @@ def _graph(fn, pool):
     return replay
 
 
-def _graph_pool(backend: str):
+def graph_pool(backend: str):
+    """A memory pool shared by the CUDA graphs of one owner for ``backend``; None where it captures none."""
     return torch.cuda.graph_pool_handle() if backend in GRAPHS else None
 
 

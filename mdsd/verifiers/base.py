@@ -273,13 +273,12 @@ class Verifier(ABC):
     def _draft_rows(
         self, q: torch.Tensor, generator: torch.Generator | None, masses: torch.Tensor | None
     ) -> torch.Tensor:
+        drawn = self.law._sample(q, generator, masses=masses)
         need = self.law.min_support()
         if need <= 1:
-            return self.law._sample(q, generator, masses=masses)
-        drawn = self.law._sample(
-            q, generator, masses=masses
-        )  # rows with fewer than `need` positive tokens: replaced
-        degenerate, top = drawn_top_k(q, drawn, need)  # there: the top-k, from the draws (all its support)
+            return drawn
+        # rows with fewer than `need` positive tokens take the top-k, from the draws (all their support)
+        degenerate, top = drawn_top_k(q, drawn, need)
         return torch.where(degenerate.unsqueeze(-1), top, drawn)
 
     # -- verification -------------------------------------------------------------------------------------
