@@ -76,10 +76,10 @@ class StaticLM:
         param = next(p for p in model.parameters() if p.is_floating_point())
         shape = (2, len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
         # keys and values in one buffer, written and compacted through its flat view [entries, head_dim] with
-        # one linear index (an index_copy_ of head_dim vectors: 3x faster on the CPU than indexing by layer,
-        # row, head and slot), read through views made where they are read. torch.compile keeps the writes
-        # in place only so: a write into a view copies the whole buffer back, and so does a write into a
-        # buffer that another tensor the step holds aliases (keys and values kept as views would be)
+        # one linear index (an index_copy_ of head_dim vectors, not indexing by layer, row, head and slot),
+        # read through views made where they are read. torch.compile keeps the writes in place only so: a
+        # write into a view copies the whole buffer back, and so does a write into a buffer that another
+        # tensor the step holds aliases (keys and values kept as views would be)
         self._shape = shape
         self._flat = torch.zeros(math.prod(shape[:-1]), self.head_dim, dtype=param.dtype, device=param.device)
         self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
