@@ -24,8 +24,10 @@ CUDA graph per batch size):
   uncompiled.
 * **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
-  the end, so a step's host time does not grow with the batch (a draft source's proposals and an adaptive
-  depth policy are host work per row by nature).
+  the end, so a step's host time does not grow with the batch. On an accelerator a draft source that
+  proposes on the device (``propose_table``, e.g. :class:`mdsd.drafters.PromptLookup`) runs inside the
+  step, over a token buffer of each row's context that the step itself extends; other sources, and every
+  source on the CPU, propose and observe on the host, row by row, as on the eager path.
 
 Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
 :meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
@@ -81,6 +83,8 @@ class _State:
     active: torch.Tensor  # [B] rows still decoding (the others keep their caches as they are)
     limit: torch.Tensor  # [B] each row's draft depth (adaptive depths)
     retrieved: torch.Tensor | None  # [B, width, depth] a source's proposals, -1 where none
+    context: torch.Tensor | None  # [B, C] each row's prompt and output so far (a source's table), then junk
+    context_len: torch.Tensor | None  # [B] its length
 
 
 def _check_verifiers(decoder) -> None:
@@ -108,6 +112,10 @@ class FastPath:
         # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
         self._steps: dict[tuple[int, bool], tuple] = {}
         self._pool = None
+        # Where a source that can (propose_table) proposes: inside the step (no host round trip, nothing per
+        # row), or None: there on an accelerator, row by row on the host on the CPU, where the host is the
+        # device and numpy's per-row lookup costs less than the table's tensor operations.
+        self.device_tables: bool | None = None
 
     # -- one decode ---------------------------------------------------------------------------------------
 
@@ -121,8 +129,9 @@ class FastPath:
         active = np.ones(B, dtype=bool)
         policy, full = dec.depth_policy, dec._depth_of(dec.tree)
         depths = policy.start(B, full) if policy is not None else np.full(B, full)
+        on_host = dec.source is not None and state.context is None  # proposals made row by row
         fork = getattr(dec.source, "fork", None)
-        sources = [fork() if fork else dec.source for _ in range(B)]
+        sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
         prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
         while active.any():
             step_start = time.perf_counter()
@@ -130,7 +139,7 @@ class FastPath:
             limited = policy is not None and bool((depths[active] < depth).any())
             if limited:
                 state.limit.copy_(torch.from_numpy(depths), non_blocking=True)
-            if dec.source is not None:
+            if on_host:
                 contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
                 state.retrieved.copy_(dec._retrieve(sources, contexts, dev))
             state.active.copy_(torch.from_numpy(active), non_blocking=True)
@@ -143,7 +152,7 @@ class FastPath:
             done = ledger.record(rows, mine, depths[rows], forwards, elapsed)
             if policy is not None:
                 depths = policy.update(depths, summary.accepted, full)
-            if dec.source is not None:
+            if on_host:
                 for r in rows:
                     sources[r].observe(rows_in[r] + ledger.emitted(r))
             active[rows[done]] = False
@@ -158,9 +167,13 @@ class FastPath:
         width = full.max_depth + 1  # the draft's pending block
         region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
         capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
+        tables = callable(getattr(dec.source, "propose_table", None)) and (
+            self.device_tables if self.device_tables is not None else dev.type != "cpu"
+        )
         state = self._state
         if (
             state is None
+            or (state.context is not None) != tables
             or state.target.length.shape[0] != B
             or state.target.capacity < capacity
             or state.target.temperature != dec.temperature  # the caches' forwards divide by it
@@ -168,9 +181,12 @@ class FastPath:
             self._steps = {}
             target = StaticLM(dec.target, B, capacity, dec.temperature)
             draft = StaticLM(dec.draft, B, capacity, dec.temperature) if dec.draft is not None else None
-            retrieved = None
+            retrieved = context = context_len = None
             if dec.source is not None:
                 retrieved = torch.full((B, *dec.retrieve), -1, dtype=torch.long, device=dev)
+            if tables:
+                context = torch.zeros(B, capacity, dtype=torch.long, device=dev)
+                context_len = torch.zeros(B, dtype=torch.long, device=dev)
             state = _State(
                 target,
                 draft,
@@ -180,12 +196,20 @@ class FastPath:
                 torch.ones(B, dtype=torch.bool, device=dev),
                 torch.full((B,), full.max_depth, dtype=torch.long, device=dev),
                 retrieved,
+                context,
+                context_len,
             )
             self._state = state
         for lm in (state.target, state.draft):
             if lm is not None:
                 lm.length.zero_()
         state.limit.fill_(full.max_depth)
+        if state.context is not None:
+            table = np.zeros(tuple(state.context.shape), dtype=np.int64)
+            for b, row in enumerate(rows_in):
+                table[b, : len(row)] = row
+            state.context.copy_(torch.from_numpy(table))
+            state.context_len.copy_(torch.from_numpy(np.array([len(row) for row in rows_in])))
         return state
 
     # -- the step -----------------------------------------------------------------------------------------
@@ -219,6 +243,8 @@ class FastPath:
         draft_pending = Pending(state.draft_ids, state.draft_real)
         if prompts is not None:
             target_pending = draft_pending = prompts
+        if state.context is not None:  # the source's proposals, made on the device from the rows' contexts
+            state.retrieved.copy_(dec.source.propose_table(state.context, state.context_len, *dec.retrieve))
         out, bad, forwards = decode_step(
             state.target,
             state.draft,
@@ -231,6 +257,8 @@ class FastPath:
             state.retrieved,
         )
         active = state.active.long()
+        if state.context is not None:
+            _extend(state.context, state.context_len, out.emitted, out.count * active)
         state.target.commit(out.target_keep, out.target_kept * active)
         if state.draft is not None:
             state.draft.commit(out.draft_keep, out.draft_kept * active)
@@ -250,6 +278,16 @@ class FastPath:
 
         self._pool = self._pool if self._pool is not None else graph_pool(self.backend)
         return capture(step, self.backend, self._pool)
+
+
+def _extend(context: torch.Tensor, length: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor) -> None:
+    """Append the first ``count`` [B] of ``tokens`` [B, T] to each row of ``context`` [B, C] (in place,
+    ``length`` [B] too); the buffer holds every token a decode can emit."""
+    T, C = tokens.shape[1], context.shape[1]
+    at = (length[:, None] + torch.arange(T, device=tokens.device)).clamp_max(C - 1)  # [B, T]
+    new = torch.arange(T, device=tokens.device) < count[:, None]
+    context.scatter_(1, at, torch.where(new, tokens, context.gather(1, at)))
+    length.add_(count)
 
 
 def capture(fn, backend: str, pool=None):

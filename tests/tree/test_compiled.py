@@ -106,6 +106,53 @@ def test_a_source_and_autoregressive_decoding_trace_too(pair):
         assert _decode(static, seed=5) == _decode(traced, seed=5)
 
 
+def _with_tables(dec, on: bool):
+    dec._fast_path.device_tables = on  # the CPU's default is off: proposals on the host, row by row
+    return dec
+
+
+@pytest.mark.parametrize("family", ["source", "retrieval alone"])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_prompt_lookup_inside_the_step_proposes_what_the_host_does(pair, family, temperature, monkeypatch):
+    """PromptLookup.propose_table run inside the step, over the context buffer the step extends, drafts
+    exactly what propose gives row by row on the host: the same tokens (sampled too, under one generator),
+    steps and acceptances, traced or not, with an EOS ending a row early; the host never proposes."""
+    target, draft = pair
+    spec = dict(FAMILIES[family])
+    tree, model = spec.pop("tree"), spec.pop("draft", draft)
+
+    def decoder(compile):
+        return TreeDecoder(
+            target, model, tree, temperature=temperature, eos_token_id=EOS, compile=compile, **spec
+        )
+
+    expected = _decode(_with_tables(decoder("none"), False), new=20, seed=7)
+    assert sum(sum(a) for *_, a, _ in expected) > 0  # the proposals were accepted somewhere
+
+    def refuse(*args):
+        raise AssertionError("the host proposed")
+
+    monkeypatch.setattr(PromptLookup, "propose", refuse)
+    for compile in ("none", "eager"):
+        dec = _with_tables(decoder(compile), True)
+        assert _decode(dec, new=20, seed=7) == expected
+        assert _decode(dec, new=20, seed=7) == expected  # the buffer is refilled from the next prompts
+
+
+def test_a_context_buffer_that_misses_the_emitted_tokens_is_caught(pair, monkeypatch):
+    """The comparison above can fail: a step that forgets to append what it emitted proposes from stale
+    contexts."""
+    from mdsd.tree import compiled
+
+    target, _ = pair
+    spec = dict(FAMILIES["retrieval alone"])
+    tree, model = spec.pop("tree"), spec.pop("draft")
+    dec = TreeDecoder(target, model, tree, temperature=0.0, eos_token_id=EOS, compile="none", **spec)
+    expected = _decode(_with_tables(dec, False), new=20)
+    monkeypatch.setattr(compiled, "_extend", lambda *args: None)
+    assert _decode(_with_tables(dec, True), new=20) != expected
+
+
 def test_a_broken_trace_is_caught(pair, monkeypatch):
     """The equality above can fail: a traced step that drops the last uniform's use shows."""
     import mdsd.tree.step as step

@@ -114,6 +114,36 @@ def test_the_fast_path_reads_the_host_once_per_step(models, name):
         assert sum(counter.values()) - sum(checks.values()) <= steps, (tree, counter, checks, steps)
 
 
+def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models):
+    """With the source's proposals made inside the step (``propose_table``), a step still reads the host
+    once, and nothing is proposed or observed on the host."""
+    from mdsd.drafters import PromptLookup
+
+    target, draft = models
+    prompts = [[3, 1, 4, 1, 3, 1], [9, 2, 9, 2]]
+    for tree, model in ((Tree.kary([2, 2]), draft), (None, None)):
+        dec = TreeDecoder(
+            target,
+            model,
+            tree,
+            "rrs",
+            temperature=0.8,
+            source=PromptLookup(),
+            retrieve=(2, 3),
+            compile="none",
+        )
+        dec._fast_path.device_tables = True  # the CPU's default proposes on the host
+        generator = torch.Generator().manual_seed(0)
+        dec.generate_batch(prompts, 4, generator)
+        checks, counter = {}, {}
+        with count_syncs(checks):
+            dec._check_inputs(prompts, 48)
+        with count_syncs(counter):
+            outs = dec.generate_batch(prompts, 48, generator)
+        steps = max(out.steps for out in outs)
+        assert sum(counter.values()) - sum(checks.values()) <= steps, (tree, counter, checks, steps)
+
+
 class _DeviceAudit(TorchFunctionMode):
     """Records factory calls from mdsd's own files that leave the device to the default."""
 
@@ -158,4 +188,18 @@ def test_every_tensor_made_in_the_loop_names_its_device(models, name):
     audit = _DeviceAudit()
     with audit:
         dec.generate_batch([[3, 1, 4], [1, 5]], 12, generator)
+    assert not audit.missing, audit.missing[:10]
+
+
+def test_the_fast_step_with_prompt_lookup_names_its_devices(models):
+    from mdsd.drafters import PromptLookup
+
+    target, draft = models
+    dec = TreeDecoder(
+        target, draft, Tree.kary([2]), "rrs", temperature=0.7, source=PromptLookup(), compile="none"
+    )
+    dec._fast_path.device_tables = True
+    audit = _DeviceAudit()
+    with audit:
+        dec.generate_batch([[3, 1, 4, 3, 1], [1, 5]], 12, torch.Generator().manual_seed(0))
     assert not audit.missing, audit.missing[:10]
