@@ -225,6 +225,42 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def measure_row(
+    target, draft, spec: str, path: str, prompts: list[list[int]], cfg: Config, forwards_path: str = ""
+) -> dict:
+    """One decoding row: the median of ``cfg.decodes`` timed decodes of ``prompts`` (B = their number) with
+    tree ``spec`` on ``path``, its model forwards timed alone on ``forwards_path`` (default ``path``), and
+    what follows (step, forwards and host ms, step ÷ forwards, tokens/s; ``seconds_with_warm_up``: the
+    first timed decode's wall time, warm-up and compilation included)."""
+    decoder = _decoder(target, draft, spec, cfg, path)
+    start = time.perf_counter()
+    runs = [mdsd.costs.time_decode(decoder, prompts, cfg.max_new_tokens, cfg.seed)]
+    warm_up = time.perf_counter() - start
+    runs += [
+        mdsd.costs.time_decode(decoder, prompts, cfg.max_new_tokens, cfg.seed) for _ in range(cfg.decodes - 1)
+    ]
+    timed = sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
+    context = int(np.mean([c for _, c, _ in timed.schedule]))
+    recorder = _decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
+    shapes = step_shapes(recorder, prompts, cfg.max_new_tokens)
+    forwards = forwards_seconds(decoder, shapes, context, cfg, forwards_path or path)
+    step, B = timed.seconds / timed.steps, len(prompts)
+    return {
+        "path": path,
+        "tree": spec,
+        "batch": B,
+        "steps": timed.steps,
+        "tokens_per_step": timed.tokens / (timed.steps * B),
+        "tokens_per_second": timed.tokens / timed.seconds,
+        "step_ms": 1e3 * step,
+        "forwards_ms": 1e3 * forwards,
+        "host_ms": 1e3 * (step - forwards),
+        "step_over_forwards": step / forwards,
+        "seconds_with_warm_up": warm_up,
+        "forwards": " ".join(f"{w[0]}{b}x{t}" for w, b, t in shapes),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = config_from_cli(Config, argv)
     torch.set_num_threads(cfg.threads)
@@ -239,31 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         inner = cpu and path in ("eager", "none")  # the step calls the forwards from Python
         for spec in cfg.trees:
             for B in cfg.batches:
+                row = measure_row(target, draft, spec, path, prompts[:B], cfg)
                 decoder = _decoder(target, draft, spec, cfg, path)
-                runs = [
-                    mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
-                    for _ in range(cfg.decodes)
-                ]
-                timed = sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
-                context = int(np.mean([c for _, c, _ in timed.schedule]))
-                recorder = _decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
-                shapes = step_shapes(recorder, prompts[:B], cfg.max_new_tokens)
-                forwards = forwards_seconds(decoder, shapes, context, cfg, path)
-                step = timed.seconds / timed.steps
-                row = {
-                    "path": path,
-                    "tree": spec,
-                    "batch": B,
-                    "steps": timed.steps,
-                    "tokens_per_step": timed.tokens / (timed.steps * B),
-                    "tokens_per_second": timed.tokens / timed.seconds,
-                    "step_ms": 1e3 * step,
-                    "forwards_ms": 1e3 * forwards,
-                    "host_ms": 1e3 * (step - forwards),
-                    "step_over_forwards": step / forwards,
-                    "inner_host_ms": 1e3 * inner_host_seconds(decoder, prompts[:B], cfg) if inner else None,
-                    "forwards": " ".join(f"{w[0]}{b}x{t}" for w, b, t in shapes),
-                }
+                row["inner_host_ms"] = 1e3 * inner_host_seconds(decoder, prompts[:B], cfg) if inner else None
                 rows.append(row)
                 note = f" (inside the step {row['inner_host_ms']:6.2f} ms)" if inner else ""
                 print(

@@ -17,7 +17,8 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              two decode lengths), tiny models
   law        tiny float32 models on CUDA: greedy tokens equal on both paths; the first two tokens of
              10,000 decodes per prompt on the fast path against the exact law (chi-square, as
-             tests/tree/test_lossless.py)
+             tests/tree/test_lossless.py); prompt lookup inside the captured step against the host's
+             proposals (the same sampled tokens)
   hf         Hugging Face generate (default cache, and cache_implementation="static", which compiles)
 
     OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]
@@ -252,36 +253,16 @@ def decode_rows(name: str, runs: list[tuple[str, str, int]]) -> list[dict]:
     target, draft = pair()
     vocab = target.config.vocab_size
     new = 16 if SMALL else 64
-    cfg = bench_decode.Config(
-        device=str(DEV), dtype=DTYPE, max_new_tokens=new, prompt_tokens=64, repeats=10, verifier="rrsw"
-    )
+    cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=new, prompt_tokens=64, repeats=10)
+    cfg.verifier, cfg.decodes = "rrsw", 1  # one timed decode a row: device time is scarce
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(vocab, (64, cfg.prompt_tokens), generator=gen).tolist()
     rows = []
     for path, spec, B in runs:
         row = {"path": path, "tree": spec, "batch": B}
         try:
-            dec = bench_decode._decoder(target, draft, spec, cfg, path)
-            start = time.time()
-            timed = mdsd.costs.time_decode(dec, prompts[:B], new, 0)
-            row["seconds_with_warm_up"] = time.time() - start  # the fused path compiles in its warm-up
-            context = int(np.mean([c for _, c, _ in timed.schedule]))
-            recorder = bench_decode._decoder(target, draft, spec, cfg, "eager" if path == "eager" else "none")
-            shapes = bench_decode.step_shapes(recorder, prompts[:B], new)
-            fwd = bench_decode.forwards_seconds(
-                dec, shapes, context, cfg, "eager" if path == "eager" else FAST
-            )
-            step = timed.seconds / timed.steps
-            row.update(
-                steps=timed.steps,
-                tokens_per_step=timed.tokens / (timed.steps * B),
-                tokens_per_second=timed.tokens / timed.seconds,
-                step_ms=1e3 * step,
-                forwards_ms=1e3 * fwd,
-                host_ms=1e3 * (step - fwd),
-                step_over_forwards=step / fwd,
-                forwards=" ".join(f"{w[0]}{b}x{t}" for w, b, t in shapes),
-            )
+            forwards = "eager" if path == "eager" else FAST
+            row = bench_decode.measure_row(target, draft, spec, path, prompts[:B], cfg, forwards)
         except Exception as err:
             row["error"] = repr(err)[:300]
         rows.append(row)
@@ -422,7 +403,41 @@ def law() -> list[dict]:
             row["error"] = repr(err)[:300]
         rows.append(row)
         log(f"law {name}: {row}")
+    rows.append(lookup_tables(target, draft))
     return rows
+
+
+def lookup_tables(target, draft) -> dict:
+    """Prompt lookup proposing inside the captured step (``propose_table``, the default on CUDA) against
+    the same source proposing on the host row by row: the same sampled tokens under one generator."""
+    from mdsd import Tree
+    from mdsd.drafters import PromptLookup
+
+    row = {"verifier": "rrs", "source": "prompt-lookup, inside the step vs on the host"}
+    try:
+        decodes = []
+        for inside in (True, False):
+            dec = mdsd.TreeDecoder(
+                target,
+                draft,
+                Tree.kary([2, 2]),
+                "rrs",
+                0.8,
+                eos_token_id=[],
+                source=PromptLookup(),
+                compile=True,
+            )
+            dec._fast_path.device_tables = inside
+            outs = dec.generate_batch(
+                [[3, 1, 4, 3, 1, 4, 3], [7, 7, 7, 2]] * 32, 48, torch.Generator(device=DEV).manual_seed(5)
+            )
+            decodes.append([(o.tokens.tolist(), o.accepted_per_step) for o in outs])
+        row["tables_equal"] = decodes[0] == decodes[1]
+        row["accepted"] = int(sum(sum(a) for _, a in decodes[0]))
+    except Exception as err:
+        row["error"] = repr(err)[:300]
+    log(f"law lookup: {row}")
+    return row
 
 
 @torch.no_grad()
