@@ -19,6 +19,8 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              10,000 decodes per prompt on the fast path against the exact law (chi-square, as
              tests/tree/test_lossless.py); prompt lookup inside the captured step against the host's
              proposals (the same sampled tokens)
+  lookup     prompt lookup's device table against the per-row lookup (benchmarks/bench_lookup.py; on CUDA
+             compiled and captured too)
   hf         Hugging Face generate (default cache, and cache_implementation="static", which compiles)
 
     OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]
@@ -457,6 +459,18 @@ def hf() -> list[dict]:
     return rows
 
 
+def lookup() -> list[dict]:
+    """Prompt lookup's device table against the per-row lookup (benchmarks/bench_lookup.py), compiled and
+    captured as the step runs it; also written to ``$OUT/lookup.json``."""
+    import bench_lookup
+
+    args = ["--device", str(DEV), "--out-dir", str(OUT), "--repeats", "5" if SMALL else "20"]
+    if DEV.type == "cuda":
+        args.append("--compiled")
+    bench_lookup.main(args)
+    return json.loads((OUT / "lookup.json").read_text())["rows"]
+
+
 PLAN = [
     ("env", env),
     ("forwards", forwards),
@@ -465,6 +479,7 @@ PLAN = [
     ("profiles", profiles),
     ("syncs", syncs),
     ("law", law),
+    ("lookup", lookup),
     ("hf", hf),
 ]
 
