@@ -7,7 +7,10 @@ vocabulary V = 961 = 31² differs from every other size, on the fast path uncomp
 and watches every torch call (a ``TorchFunctionMode``). A call that reads or writes a tensor of at least
 B · V elements, a multiple of V, counts as numel / (B · V) passes (a gather or search as its output's size;
 views and calls that return their input unchanged do not count). Calls made inside a model forward
-(``StaticLM.forward``: embedding, head, the non-finite guard) are counted apart.
+(``StaticLM.forward``: embedding, head, the non-finite guard) are counted apart. Beside them, *calls*: the
+torch calls that compute something (not views, not conversions to the tensor's own dtype), about the kernels
+an eagerly captured step (``compile="cudagraph"``) replays, whatever their size. ``lookup`` (prompt lookup
+alone) proposes inside the step, over its context buffer, as on a GPU (``PromptLookup.propose_table``).
 
 Run:  python benchmarks/bench_passes.py [--trees none chain:4 binary:3 dynamic:4,2,2,8]
 Writes benchmarks/results/NAME.json (+ .csv; NAME = passes).
@@ -31,7 +34,8 @@ INDEXED = {"gather", "take_along_dim", "searchsorted", "index_select", "__getite
 @dataclass
 class Config:
     trees: tuple[str, ...] = field(
-        default=("none", "chain:4", "binary:3", "dynamic:4,2,2,8"), metadata={"help": "none: autoregressive"}
+        default=("none", "lookup", "chain:4", "binary:3", "dynamic:4,2,2,8"),
+        metadata={"help": "none: autoregressive; lookup: prompt lookup alone"},
     )
     verifier: str = field(default="rrsw", metadata={"help": "verifier of multi-draft nodes"})
     vocabulary: int = field(
@@ -46,12 +50,14 @@ class Config:
 
 
 class Passes(TorchFunctionMode):
-    """Counts passes over tensors of ``unit`` = B · V elements (multiples of V), in and out of forwards."""
+    """Counts passes over tensors of ``unit`` = B · V elements (multiples of V) and calls that compute, in and
+    out of forwards."""
 
     def __init__(self, vocabulary: int, unit: int) -> None:
         super().__init__()
         self.vocabulary, self.unit = vocabulary, unit
         self.inside = self.outside = 0.0
+        self.calls_inside = self.calls_outside = 0
         self.in_forward = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -73,6 +79,10 @@ class Passes(TorchFunctionMode):
             return out  # a view
         else:
             sizes = [out.numel()] if name in INDEXED else [t.numel() for t in (*tensors, out)]
+        if self.in_forward:
+            self.calls_inside += 1
+        else:
+            self.calls_outside += 1
         big = [n for n in sizes if n >= self.unit and n % self.vocabulary == 0]
         if big:
             if self.in_forward:
@@ -109,7 +119,13 @@ def count(decoder, prompts: list[list[int]], cfg: Config) -> dict:
     finally:
         compiled.decode_step = step
     n = steps[0]
-    return {"steps": n, "passes_per_step": mode.outside / n, "forward_passes_per_step": mode.inside / n}
+    return {
+        "steps": n,
+        "passes_per_step": mode.outside / n,
+        "forward_passes_per_step": mode.inside / n,
+        "calls_per_step": mode.calls_outside / n,
+        "forward_calls_per_step": mode.calls_inside / n,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -125,13 +141,14 @@ def main(argv: list[str] | None = None) -> None:
     prompts = torch.randint(cfg.vocabulary, (cfg.batch, 32), generator=gen).tolist()
     rows = []
     for spec in cfg.trees:
-        row = {"tree": spec, "batch": cfg.batch} | count(
-            _decoder(target, draft, spec, decode, "none"), prompts, cfg
-        )
+        decoder = _decoder(target, draft, spec, decode, "none")
+        decoder._fast_path.device_tables = True  # a source proposes inside the step, as on a GPU
+        row = {"tree": spec, "batch": cfg.batch} | count(decoder, prompts, cfg)
         rows.append(row)
         print(
             f"{spec:>16}: {row['passes_per_step']:6.1f} passes over [B, V] a step outside the forwards, "
-            f"{row['forward_passes_per_step']:6.1f} inside ({row['steps']} steps)"
+            f"{row['forward_passes_per_step']:6.1f} inside; {row['calls_per_step']:6.1f} calls outside, "
+            f"{row['forward_calls_per_step']:6.1f} inside ({row['steps']} steps)"
         )
     write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed)
 
