@@ -55,7 +55,7 @@ class Config:
     paths: tuple[str, ...] = field(default=("eager", "none"), metadata={"help": "eager, or a backend"})
     trees: tuple[str, ...] = field(
         default=("none", "chain:4", "binary:3", "dynamic:4,2,2,8"),
-        metadata={"help": "none: autoregressive; lookup: prompt lookup alone"},
+        metadata={"help": "none: autoregressive; lookup: prompt lookup alone (lookup-host: row by row)"},
     )
     verifier: str = field(default="rrsw", metadata={"help": "verifier of multi-draft nodes"})
     batches: tuple[int, ...] = field(default=(1, 64), metadata={"help": "batch sizes B"})
@@ -99,8 +99,8 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
         return mdsd.TreeDecoder(
             target, None, None, temperature=cfg.temperature, eos_token_id=[], compile=compile
         )
-    if spec == "lookup":  # prompt lookup alone, one chain of 8 (the draft-sources experiment's setting)
-        return mdsd.TreeDecoder(
+    if spec in ("lookup", "lookup-host"):  # prompt lookup alone, one chain of 8 (the draft-sources setting)
+        decoder = mdsd.TreeDecoder(
             target,
             None,
             None,
@@ -111,6 +111,9 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
             retrieve=(1, 8),
             compile=compile,
         )
+        if decoder._fast_path is not None:  # lookup: inside the step off the CPU; lookup-host: row by row
+            decoder._fast_path.device_tables = None if spec == "lookup" else False
+        return decoder
     tree = parse_tree(spec)
     chain = isinstance(tree, mdsd.Tree) and int(tree.branching.max(initial=0)) == 1
     verifier = "single" if chain else cfg.verifier

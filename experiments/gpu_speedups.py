@@ -95,10 +95,10 @@ def fit_overhead(path: Path) -> Overhead | None:
 
     from mdsd.costs.predict import vocabulary_rows
 
-    rows = [
+    rows = [  # the model trees' fast-path steps
         r
         for r in json.loads(path.read_text())["decode"]
-        if "host_ms" in r and r["path"] != "eager" and r["tree"] not in ("none", "lookup")  # model trees
+        if "host_ms" in r and r["path"] != "eager" and r["tree"] not in ("none", "lookup", "lookup-host")
     ]
     if len(rows) < 2:
         return None
