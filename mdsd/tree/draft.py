@@ -165,7 +165,7 @@ class _Growing:
             tokens[:, chains] = retrieved.reshape(B, -1).clamp(min=0)
             valid[:, chains] = retrieved.reshape(B, -1) >= 0
         parent = plan.constant(plan.parent, dev).expand(B, -1).clone()
-        ancestors = torch.eye(N, dtype=torch.bool, device=dev).repeat(B, 1, 1)
+        ancestors = plan.constant(plan.static_ancestors, dev).expand(B, -1, -1).clone()
         score = torch.zeros(B, N, device=dev)
         return cls(plan, tokens, valid, parent, ancestors, score)
 
@@ -228,13 +228,15 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
         if temperature > 0:
             step = step.log()  # -inf where q underflows to 0: those paths rank last (q < e^-87 is rounded)
     flat = children.reshape(B, -1)
-    parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, children.shape[2]).reshape(B, -1))
-    score.scatter_(1, flat, (score.gather(1, nodes)[..., None] + step).reshape(B, -1))
-    rows = ancestors.gather(
-        1, nodes.repeat_interleave(children.shape[2], dim=1)[..., None].expand(-1, -1, ancestors.shape[2])
-    )
-    ancestors.scatter_(1, flat[..., None].expand(-1, -1, ancestors.shape[2]), rows)
-    _mark_self(ancestors, flat)
+    if g.k > 0:  # below deterministic children only, the path scores stay 0
+        score.scatter_(1, flat, (score.gather(1, nodes)[..., None] + step).reshape(B, -1))
+    if g.nodes is None:  # nodes chosen while drafting: their children's parents and ancestors are new
+        parent.scatter_(1, flat, nodes[..., None].expand(-1, -1, children.shape[2]).reshape(B, -1))
+        rows = ancestors.gather(
+            1, nodes.repeat_interleave(children.shape[2], dim=1)[..., None].expand(-1, -1, ancestors.shape[2])
+        )
+        ancestors.scatter_(1, flat[..., None].expand(-1, -1, ancestors.shape[2]), rows)
+        _mark_self(ancestors, flat)
     active = torch.ones(B, M, dtype=torch.bool, device=nodes.device)
     if limit is not None:
         active &= limit[:, None] > g.depth

@@ -96,6 +96,39 @@ class Plan:
         """The distinct numbers of drawn children of expanded nodes (each needs a verifier)."""
         return tuple(sorted({g.k for g in self.groups} - {0}))
 
+    @cached_property
+    def static_ancestors(self) -> np.ndarray:
+        """``[N, N]`` bool: node j is on the path root → i (i included) wherever the parents up to the root
+        are fixed; a node whose parent is chosen while drafting (-1) has itself only until it is drafted.
+
+        >>> with_retrieval(None, width=1, depth=2).static_ancestors.astype(int).tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+        """
+        n = self.num_nodes
+        out = np.eye(n, dtype=bool)
+        parent = self.parent if self.parent is not None else np.full(n, -1, dtype=np.int64)
+        for i in range(1, n):  # a parent precedes its children
+            if parent[i] >= 0:
+                out[i] |= out[parent[i]]
+        return out
+
+    @cached_property
+    def deterministic(self) -> Group | None:
+        """The groups with deterministic children only (k = 0) joined into one, their nodes in group order
+        and ``fixed`` their widest (narrower rows padded with node 0, which their validity masks leave
+        out; :func:`mdsd.tree.step.verify_nodes` verifies them in one pass); None with fewer than two.
+
+        >>> with_retrieval(None, width=1, depth=3).deterministic.nodes.tolist()
+        [0, 1, 2]
+        """
+        fixed = [g for g in self.groups if g.k == 0]  # the root and retrieved chains: static nodes
+        if len(fixed) < 2:
+            return None
+        nodes = np.concatenate([g.nodes for g in fixed])
+        width = max(g.fixed for g in fixed)
+        children = np.concatenate([np.pad(g.children, ((0, 0), (0, width - g.fixed))) for g in fixed])
+        return Group(depth=-1, k=0, size=int(nodes.size), children=children, nodes=nodes, fixed=width)
+
     def groups_at(self, depth: int) -> list[Group]:
         return [g for g in self.groups if g.depth == depth]
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from mdsd.sampling import inverse_cdf, uniform
-from mdsd.tree.draft import Drafted, Pending, causal, draft_tree
+from mdsd.tree.draft import Drafted, Expansion, Pending, causal, draft_tree
 
 __all__ = ["Rule", "decode_step", "target_tree", "verify_nodes", "verify_paths", "walk", "Outcome", "Summary"]
 
@@ -138,7 +138,7 @@ def verify_nodes(
             rows = logits[:, 0] if F == 1 else logits.gather(1, at[..., None].expand(-1, -1, V))[:, 0]
             return inverse_cdf(law(rows), uniform((B, 1), generator, logits.device))[:, 0]
 
-    for e in drafted.expansions:
+    for e in _joined(drafted.expansions, drafted.plan):
         at = fpos.gather(1, e.node)  # [B, M]
         ok = e.active & (at >= 0)
         M, width = e.children.shape[1:]
@@ -158,6 +158,30 @@ def verify_nodes(
         here = stop.gather(1, e.node)
         stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
     return next_node, stop, bonus
+
+
+def _joined(expansions: list[Expansion], plan) -> list[Expansion]:
+    """The expansions, those with deterministic children only (k = 0: the root and the retrieved chains of
+    a source) joined into one (:attr:`mdsd.tree.plan.Plan.deterministic`), first: each node is still
+    verified alone, all of them in one pass (a chain of 8 retrieved tokens: one softmax, one draw, not 8)."""
+    group = plan.deterministic
+    if group is None:
+        return expansions
+    fixed = [e for e in expansions if e.group.k == 0]
+
+    def padded(t: torch.Tensor, value) -> torch.Tensor:
+        wider = group.fixed - t.shape[2]
+        return torch.nn.functional.pad(t, (0, wider), value=value) if wider else t
+
+    joined = Expansion(
+        group,
+        torch.cat([e.node for e in fixed], 1),
+        torch.cat([padded(e.children, 0) for e in fixed], 1),
+        torch.cat([padded(e.valid, False) for e in fixed], 1),
+        None,
+        torch.cat([e.active for e in fixed], 1),
+    )
+    return [joined, *(e for e in expansions if e.group.k > 0)]
 
 
 def verify_paths(

@@ -82,3 +82,47 @@ def test_path_scores_are_float64_log_probabilities_and_rank_the_expansions(tempe
             torch.zeros_like(pool, dtype=torch.bool).scatter_(1, e.node - lo, True), -np.inf
         )
         assert (chosen.min(1).values >= others.max(1).values).all()
+
+
+def _plans():
+    from mdsd import Tree
+    from mdsd.tree.plan import static_plan, with_retrieval
+
+    dynamic = DynamicTree(depth=3, k=2, expand=2, budget=4).plan()
+    return {
+        "chain": static_plan(Tree.chain(3)),
+        "mixed widths": static_plan(Tree((0, 0, 0, 1, 1, 2))),
+        "dynamic": dynamic,
+        "retrieval alone": with_retrieval(None, 2, 3),
+        "binary + retrieval": with_retrieval(static_plan(Tree.kary([2, 2])), 2, 3),
+        "dynamic + retrieval": with_retrieval(dynamic, 1, 4),
+    }
+
+
+@pytest.mark.parametrize("name", list(_plans()))
+def test_drafted_parents_and_ancestors_agree_with_a_walk_up_the_tree(name):
+    """Static groups' parents and ancestors come from the plan (Plan.static_ancestors), dynamic groups'
+    are written while drafting; on every family each node's ancestors are exactly its walk to the root,
+    including rows whose retrieved chains are cut short."""
+    plan = _plans()[name]
+    rows = 6
+    gen = torch.Generator().manual_seed(0)
+    pending = Pending(torch.randint(V, (rows, 1), generator=gen), torch.ones(rows, 1, dtype=torch.bool))
+    retrieved = None
+    if plan.retrieval is not None:
+        retrieved = torch.randint(V, (rows, *plan.retrieval.shape), generator=gen)
+        retrieved[::2, :, 1:] = -1  # chains that end early
+    verifiers = {k: verifier("rrsw", k) for k in plan.widths}
+    draft = TableDraft(_table(0), rows, 1.0) if plan.widths else None
+    drafted, _ = draft_tree(draft, pending, plan, verifiers, 1.0, gen, None, retrieved)
+    parent = drafted.parent.tolist()
+    for b in range(rows):
+        for i in range(plan.num_nodes):
+            walk, node = set(), i
+            while node >= 0:
+                walk.add(node)
+                node = parent[b][node]
+            assert set(np.flatnonzero(drafted.ancestors[b, i].numpy()).tolist()) == walk, (name, b, i)
+    for g in plan.groups:  # a static group's children have their parents in the plan already
+        if g.nodes is not None:
+            assert (plan.parent[g.children] == g.nodes[:, None]).all()
