@@ -121,7 +121,7 @@ class PromptLookup:
         Every shape depends only on (B, L, width, depth): no host synchronisation, so it runs inside
         a CUDA graph or a ``torch.compile(fullgraph=True)`` step. Equal tokens are counted by a
         stable sort of each row (``[B, L]``, then ``[B, width, L]`` per depth), never by a table over
-        the vocabulary; memory is :math:`O(B L \,\text{width})`.
+        the vocabulary; memory is :math:`O(B L (\text{width} + \text{depth}))`.
 
         Parameters
         ----------
@@ -163,19 +163,18 @@ class PromptLookup:
         best = length.amax(dim=1, keepdim=True)  # [B, 1]
         occurs = (length == best) & (best >= self.min_ngram)  # [B, L] (best >= 1: candidates only)
 
-        def follow(d: int) -> torch.Tensor:  # [B, L] C[p, d] = x[p+1+d] if p+1+d < n else PAD
-            index = pos + 1 + d
-            return torch.where(index < n, tokens[:, index.clamp(max=size - 1)], PAD)
+        index = pos + 1 + torch.arange(depth, device=tokens.device)[:, None]  # [depth, L] p + 1 + d
+        follow = torch.where(index < n[:, None], tokens[:, index.clamp(max=size - 1)], PAD)  # [B, depth, L] C
 
         k = min(width, size)  # a row has at most n - 1 < L distinct first tokens
-        after = follow(0)  # [B, L]
+        after = follow[:, 0]  # [B, L]
         key, token = _run_keys(torch.where(occurs, after, PAD))
         top, at = key.topk(k, dim=1)  # [B, k] keys are distinct, so the order is exact
         first = torch.where(top >= 0, token.gather(1, at), PAD)  # [B, k]
         columns = [first]
         agree = occurs[:, None, :] & (after[:, None, :] == first[:, :, None])  # [B, k, L]
         for d in range(1, depth):
-            after = follow(d)[:, None, :]  # [B, 1, L]
+            after = follow[:, d, None]  # [B, 1, L]
             key, token = _run_keys(torch.where(agree, after, PAD))  # [B, k, L]
             top, at = key.max(dim=2, keepdim=True)  # [B, k, 1]
             chosen = torch.where(top >= 0, token.gather(2, at), PAD)  # [B, k, 1]
@@ -223,9 +222,8 @@ def _run_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     token, order = keys.sort(dim=-1, stable=True)  # stable: within a run, p ascending
     index = torch.arange(size, device=keys.device)
     change = token[..., 1:] != token[..., :-1]  # [..., L-1]
-    edge = torch.ones_like(token[..., :1], dtype=torch.bool)
-    head = torch.cat([edge, change], dim=-1)  # first of its run
-    tail = torch.cat([change, edge], dim=-1)  # last of its run: the latest p
+    head = torch.nn.functional.pad(change, (1, 0), value=True)  # first of its run
+    tail = torch.nn.functional.pad(change, (0, 1), value=True)  # last of its run: the latest p
     start = torch.where(head, index, 0).cummax(dim=-1).values  # the index of the run's first element
-    key = (index - start + 1) * (size + 1) + order
+    key = (index + 1 - start) * (size + 1) + order
     return torch.where(tail & (token != PAD), key, -1), token
