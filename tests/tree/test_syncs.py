@@ -95,32 +95,41 @@ def test_at_most_four_host_syncs_per_step(models, name, temperature):
         assert loop <= MAX_SYNCS_PER_STEP * out.steps + 8, (tree, counter, out.steps)
 
 
+def _fast_reads(dec, prompts) -> tuple[int, int, dict]:
+    """Host reads of one fast-path decode of ``prompts`` (after a warm-up that captures each plan's step),
+    the input checks of generate_batch left out; its steps; the reads by kind."""
+    generator = torch.Generator().manual_seed(0)
+    dec.generate_batch(prompts, 4, generator)
+    checks, counter = {}, {}
+    with count_syncs(checks):
+        dec._check_inputs(prompts, 48)
+    with count_syncs(counter):
+        outs = dec.generate_batch(prompts, 48, generator)
+    return sum(counter.values()) - sum(checks.values()), max(out.steps for out in outs), counter
+
+
 @pytest.mark.parametrize("name", SYNC_FREE)
 def test_the_fast_path_reads_the_host_once_per_step(models, name):
     """One read per step (the packed summary) on the fast path, for every tree the verifier runs on,
     besides the input checks of generate_batch (counted apart)."""
     target, draft = models
-    prompts = [[3, 1, 4, 1, 5], [9, 2]]
     for tree in _trees(name):
         dec = TreeDecoder(target, draft, tree, verifier=name, temperature=0.8, compile="none")
-        generator = torch.Generator().manual_seed(0)
-        dec.generate_batch(prompts, 4, generator)  # warm-up: the first step of each plan is captured
-        checks, counter = {}, {}
-        with count_syncs(checks):
-            dec._check_inputs(prompts, 48)
-        with count_syncs(counter):
-            outs = dec.generate_batch(prompts, 48, generator)
-        steps = max(out.steps for out in outs)
-        assert sum(counter.values()) - sum(checks.values()) <= steps, (tree, counter, checks, steps)
+        reads, steps, counter = _fast_reads(dec, [[3, 1, 4, 1, 5], [9, 2]])
+        assert reads <= steps, (tree, counter, steps)
 
 
-def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models):
+def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models, monkeypatch):
     """With the source's proposals made inside the step (``propose_table``), a step still reads the host
     once, and nothing is proposed or observed on the host."""
     from mdsd.drafters import PromptLookup
 
+    def refuse(*args):
+        raise AssertionError("the host proposed or observed")
+
+    monkeypatch.setattr(PromptLookup, "propose", refuse)
+    monkeypatch.setattr(PromptLookup, "observe", refuse)
     target, draft = models
-    prompts = [[3, 1, 4, 1, 3, 1], [9, 2, 9, 2]]
     for tree, model in ((Tree.kary([2, 2]), draft), (None, None)):
         dec = TreeDecoder(
             target,
@@ -133,15 +142,8 @@ def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models):
             compile="none",
         )
         dec._fast_path.device_tables = True  # the CPU's default proposes on the host
-        generator = torch.Generator().manual_seed(0)
-        dec.generate_batch(prompts, 4, generator)
-        checks, counter = {}, {}
-        with count_syncs(checks):
-            dec._check_inputs(prompts, 48)
-        with count_syncs(counter):
-            outs = dec.generate_batch(prompts, 48, generator)
-        steps = max(out.steps for out in outs)
-        assert sum(counter.values()) - sum(checks.values()) <= steps, (tree, counter, checks, steps)
+        reads, steps, counter = _fast_reads(dec, [[3, 1, 4, 1, 3, 1], [9, 2, 9, 2]])
+        assert reads <= steps, (tree, counter, steps)
 
 
 class _DeviceAudit(TorchFunctionMode):
