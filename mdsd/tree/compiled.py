@@ -112,9 +112,9 @@ class FastPath:
         # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
         self._steps: dict[tuple[int, bool], tuple] = {}
         self._pool = None
-        # Where a source that can (propose_table) proposes: inside the step (no host round trip, nothing per
-        # row), or None: there on an accelerator, row by row on the host on the CPU, where the host is the
-        # device and numpy's per-row lookup costs less than the table's tensor operations.
+        # Whether a source with propose_table proposes inside the step (True: no host round trip, nothing per
+        # row) or on the host, row by row (False). None: inside on an accelerator, on the host on the CPU,
+        # where the host is the device and numpy's per-row lookup costs less than the table's operations.
         self.device_tables: bool | None = None
 
     # -- one decode ---------------------------------------------------------------------------------------
