@@ -46,6 +46,9 @@ SHAPES = {  # (hidden, intermediate, layers, heads, kv heads, vocabulary)
     "qwen": ((1536, 8960, 28, 12, 2, 151_936), (896, 4864, 24, 14, 2, 151_936)),  # Qwen2.5-1.5B / 0.5B
 }
 
+# where prompt lookup alone proposes on the fast path: its default, on the host row by row, inside the step
+LOOKUP_TABLES = {"lookup": None, "lookup-host": False, "lookup-device": True}
+
 
 @dataclass
 class Config:
@@ -55,7 +58,9 @@ class Config:
     paths: tuple[str, ...] = field(default=("eager", "none"), metadata={"help": "eager, or a backend"})
     trees: tuple[str, ...] = field(
         default=("none", "chain:4", "binary:3", "dynamic:4,2,2,8"),
-        metadata={"help": "none: autoregressive; lookup: prompt lookup alone (lookup-host: row by row)"},
+        metadata={
+            "help": "none: autoregressive; lookup: prompt lookup alone (-host, -device: where it proposes)"
+        },
     )
     verifier: str = field(default="rrsw", metadata={"help": "verifier of multi-draft nodes"})
     batches: tuple[int, ...] = field(default=(1, 64), metadata={"help": "batch sizes B"})
@@ -99,7 +104,7 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
         return mdsd.TreeDecoder(
             target, None, None, temperature=cfg.temperature, eos_token_id=[], compile=compile
         )
-    if spec in ("lookup", "lookup-host"):  # prompt lookup alone, one chain of 8 (the draft-sources setting)
+    if spec.startswith("lookup"):  # prompt lookup alone, one chain of 8 (the draft-sources setting)
         decoder = mdsd.TreeDecoder(
             target,
             None,
@@ -111,8 +116,8 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
             retrieve=(1, 8),
             compile=compile,
         )
-        if decoder._fast_path is not None:  # lookup: inside the step off the CPU; lookup-host: row by row
-            decoder._fast_path.device_tables = None if spec == "lookup" else False
+        if decoder._fast_path is not None:
+            decoder._fast_path.device_tables = LOOKUP_TABLES[spec]
         return decoder
     tree = parse_tree(spec)
     chain = isinstance(tree, mdsd.Tree) and int(tree.branching.max(initial=0)) == 1

@@ -8,8 +8,9 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              mdsd's static forward eager and captured in a CUDA graph, beside transformers' StaticCache
              forward captured in one CUDA graph (1 token)
   decode     tokens/s, step time and the step's forwards timed alone (benchmarks/bench_decode.py) for
-             autoregressive decoding, prompt lookup alone (proposing inside the step, and on the host row
-             by row) and the trees, fast path (CUDA graphs) at B = 1 and 64, eager at B = 1
+             autoregressive decoding, prompt lookup alone (by default on the host at B = 1 and inside the
+             step at B = 64, and the other way round) and the trees, fast path (CUDA graphs) at B = 1 and
+             64, eager at B = 1
   fused      the same for the step compiled by inductor and then captured (``compile="inductor-cudagraph"``):
              AR at B = 1, binary:3 and the dynamic tree at B = 64 (with the warm-up's seconds: it compiles)
   profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
@@ -238,7 +239,7 @@ METHODS = [
 @torch.no_grad()
 def decode() -> list[dict]:
     runs = [(FAST, spec, B) for spec, _ in METHODS for B in (1, 64)]
-    runs += [(FAST, "lookup-host", 1), (FAST, "lookup-host", 64)]  # proposals on the host, row by row
+    runs += [(FAST, "lookup-device", 1), (FAST, "lookup-host", 64)]  # lookup's default is host, then device
     return decode_rows("decode", runs + [("eager", "none", 1), ("eager", "chain:4", 1)])
 
 

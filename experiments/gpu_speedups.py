@@ -98,7 +98,7 @@ def fit_overhead(path: Path) -> Overhead | None:
     rows = [  # the model trees' fast-path steps
         r
         for r in json.loads(path.read_text())["decode"]
-        if "host_ms" in r and r["path"] != "eager" and r["tree"] not in ("none", "lookup", "lookup-host")
+        if "host_ms" in r and r["path"] != "eager" and not r["tree"].startswith(("none", "lookup"))
     ]
     if len(rows) < 2:
         return None

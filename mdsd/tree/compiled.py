@@ -24,10 +24,11 @@ CUDA graph per batch size):
   uncompiled.
 * **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
-  the end, so a step's host time does not grow with the batch. On an accelerator a draft source that
-  proposes on the device (``propose_table``, e.g. :class:`mdsd.drafters.PromptLookup`) runs inside the
-  step, over a token buffer of each row's context that the step itself extends; other sources, and every
-  source on the CPU, propose and observe on the host, row by row, as on the eager path.
+  the end, so a step's host time does not grow with the batch. On an accelerator, from
+  :attr:`FastPath.TABLE_ROWS` rows on, a draft source that proposes on the device (``propose_table``, e.g.
+  :class:`mdsd.drafters.PromptLookup`) runs inside the step, over a token buffer of each row's context
+  that the step itself extends; other sources, smaller batches and every source on the CPU propose and
+  observe on the host, row by row, as on the eager path.
 
 Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
 :meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
@@ -101,6 +102,12 @@ def _check_verifiers(decoder) -> None:
 class FastPath:
     """The fast path of one :class:`mdsd.TreeDecoder` with step backend ``backend``."""
 
+    # The batch from which a source's device table replaces its per-row host lookup on an accelerator. The
+    # host spends 30-60 µs a row (benchmarks/bench_lookup.py), during which the device waits for the step;
+    # the table is about 290 calls in the step (depth 8; benchmarks/bench_passes.py), about 0.5 ms replayed
+    # one kernel each. An estimate until a GPU times both (gpu_fast.py's lookup-host and lookup-device).
+    TABLE_ROWS = 16
+
     def __init__(self, decoder, backend: str) -> None:
         for who, model in (("target", decoder.target), ("draft", decoder.draft)):
             reason = None if model is None else static_obstacle(model)
@@ -112,9 +119,9 @@ class FastPath:
         # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
         self._steps: dict[tuple[int, bool], tuple] = {}
         self._pool = None
-        # Whether a source with propose_table proposes inside the step (True: no host round trip, nothing per
-        # row) or on the host, row by row (False). None: inside on an accelerator, on the host on the CPU,
-        # where the host is the device and numpy's per-row lookup costs less than the table's operations.
+        # Whether a source with propose_table proposes inside the step (True: nothing per row on the host) or
+        # on the host, row by row (False). None: inside on an accelerator from TABLE_ROWS rows on, on the host
+        # otherwise (on the CPU the host is the device, and numpy's lookup costs less than the table there).
         self.device_tables: bool | None = None
 
     # -- one decode ---------------------------------------------------------------------------------------
@@ -168,7 +175,9 @@ class FastPath:
         region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
         capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
         tables = callable(getattr(dec.source, "propose_table", None)) and (
-            self.device_tables if self.device_tables is not None else dev.type != "cpu"
+            self.device_tables
+            if self.device_tables is not None
+            else dev.type != "cpu" and B >= self.TABLE_ROWS
         )
         state = self._state
         if (
