@@ -174,11 +174,7 @@ class FastPath:
         width = full.max_depth + 1  # the draft's pending block
         region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
         capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
-        tables = callable(getattr(dec.source, "propose_table", None)) and (
-            self.device_tables
-            if self.device_tables is not None
-            else dev.type != "cpu" and B >= self.TABLE_ROWS
-        )
+        tables = self.proposes_inside(dev, B)
         state = self._state
         if (
             state is None
@@ -220,6 +216,16 @@ class FastPath:
             state.context.copy_(torch.from_numpy(table))
             state.context_len.copy_(torch.from_numpy(np.array([len(row) for row in rows_in])))
         return state
+
+    def proposes_inside(self, device: torch.device, rows: int) -> bool:
+        """Whether the decoder's source proposes inside the step (its ``propose_table``) for a decode of
+        ``rows`` rows on ``device``: :attr:`device_tables` if set, else on an accelerator from
+        :attr:`TABLE_ROWS` rows on."""
+        if not callable(getattr(self.decoder.source, "propose_table", None)):
+            return False
+        if self.device_tables is not None:
+            return self.device_tables
+        return device.type != "cpu" and rows >= self.TABLE_ROWS
 
     # -- the step -----------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from tiny_lms import perturbed, tiny_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
-from mdsd.drafters import PromptLookup
+from mdsd.drafters import Priority, PromptLookup
 from mdsd.tree.adaptive import GrowShrink
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
@@ -140,6 +140,28 @@ def test_prompt_lookup_inside_the_step_proposes_what_the_host_does(pair, family,
     for compile in ("none", "eager"):
         dec = _with_tables(decoder(compile), True)
         assert decodes(dec) == expected  # decoding again refills the buffer from the prompts
+
+
+def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(pair):
+    target, draft = pair
+    fast = TreeDecoder(target, None, None, temperature=0.5, source=PromptLookup(), compile="none")._fast_path
+    gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), fast.TABLE_ROWS
+    assert fast.proposes_inside(gpu, rows) and not fast.proposes_inside(gpu, rows - 1)
+    assert not fast.proposes_inside(cpu, 4 * rows)
+    fast.device_tables = True
+    assert fast.proposes_inside(cpu, 1)
+    fast.device_tables = False
+    assert not fast.proposes_inside(gpu, 4 * rows)
+    host = TreeDecoder(  # a source without propose_table proposes on the host
+        target,
+        draft,
+        Tree.kary([2]),
+        "rrs",
+        temperature=0.5,
+        source=Priority([PromptLookup()]),
+        compile="none",
+    )
+    assert not host._fast_path.proposes_inside(gpu, 4 * rows)
 
 
 def test_a_context_buffer_that_misses_the_emitted_tokens_is_caught(pair, monkeypatch):
