@@ -105,7 +105,7 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
             target, None, None, temperature=cfg.temperature, eos_token_id=[], compile=compile
         )
     if spec.startswith("lookup"):  # prompt lookup alone, one chain of 8 (the draft-sources setting)
-        decoder = mdsd.TreeDecoder(
+        return mdsd.TreeDecoder(
             target,
             None,
             None,
@@ -115,10 +115,8 @@ def _decoder(target, draft, spec: str, cfg: Config, path: str):
             source=PromptLookup(),
             retrieve=(1, 8),
             compile=compile,
+            propose_inside=None if compile is False else LOOKUP_TABLES[spec],
         )
-        if decoder._fast_path is not None:
-            decoder._fast_path.device_tables = LOOKUP_TABLES[spec]
-        return decoder
     tree = parse_tree(spec)
     chain = isinstance(tree, mdsd.Tree) and int(tree.branching.max(initial=0)) == 1
     verifier = "single" if chain else cfg.verifier

@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     prompts = torch.randint(cfg.vocabulary, (cfg.batch, 32), generator=gen).tolist()
     rows = []
     for spec in cfg.trees:
-        decoder = _decoder(target, draft, spec, decode, "none")
-        decoder._fast_path.device_tables = True  # a source proposes inside the step, as on a GPU
+        # a source proposes inside the step, as on a GPU
+        decoder = _decoder(target, draft, "lookup-device" if spec == "lookup" else spec, decode, "none")
         row = {"tree": spec, "batch": cfg.batch} | count(decoder, prompts, cfg)
         rows.append(row)
         print(

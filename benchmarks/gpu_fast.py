@@ -430,8 +430,8 @@ def lookup_tables(target, draft) -> dict:
                 eos_token_id=[],
                 source=PromptLookup(),
                 compile=True,
+                propose_inside=inside,
             )
-            dec._fast_path.device_tables = inside
             outs = dec.generate_batch(
                 [[3, 1, 4, 3, 1, 4, 3], [7, 7, 7, 2]] * 32, 48, torch.Generator(device=DEV).manual_seed(5)
             )

@@ -28,7 +28,8 @@ CUDA graph per batch size):
   :attr:`FastPath.TABLE_ROWS` rows on, a draft source that proposes on the device (``propose_table``, e.g.
   :class:`mdsd.drafters.PromptLookup`) runs inside the step, over a token buffer of each row's context
   that the step itself extends; other sources, smaller batches and every source on the CPU propose and
-  observe on the host, row by row, as on the eager path.
+  observe on the host, row by row, as on the eager path (``TreeDecoder(propose_inside=...)`` chooses
+  either way).
 
 Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
 :meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
@@ -119,10 +120,6 @@ class FastPath:
         # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
         self._steps: dict[tuple[int, bool], tuple] = {}
         self._pool = None
-        # Whether a source with propose_table proposes inside the step (True: nothing per row on the host) or
-        # on the host, row by row (False). None: inside on an accelerator from TABLE_ROWS rows on, on the host
-        # otherwise (on the CPU the host is the device, and numpy's lookup costs less than the table there).
-        self.device_tables: bool | None = None
 
     # -- one decode ---------------------------------------------------------------------------------------
 
@@ -219,12 +216,13 @@ class FastPath:
 
     def proposes_inside(self, device: torch.device, rows: int) -> bool:
         """Whether the decoder's source proposes inside the step (its ``propose_table``) for a decode of
-        ``rows`` rows on ``device``: :attr:`device_tables` if set, else on an accelerator from
-        :attr:`TABLE_ROWS` rows on."""
+        ``rows`` rows on ``device``: the decoder's ``propose_inside`` if set, else on an accelerator from
+        :attr:`TABLE_ROWS` rows on (on the CPU the host is the device, and numpy's lookup row by row costs
+        less than the table there)."""
         if not callable(getattr(self.decoder.source, "propose_table", None)):
             return False
-        if self.device_tables is not None:
-            return self.device_tables
+        if self.decoder.propose_inside is not None:
+            return self.decoder.propose_inside
         return device.type != "cpu" and rows >= self.TABLE_ROWS
 
     # -- the step -----------------------------------------------------------------------------------------

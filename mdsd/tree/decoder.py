@@ -94,6 +94,13 @@ class TreeDecoder:
         "inductor", "aot_eager", "eager" or "none" (the static step uncompiled). Llama / Qwen2-family
         models and verifiers with device kernels (``sync_free``) only. Both paths keep the target's law;
         greedy decoding gives the same tokens.
+    propose_inside : bool or None
+        Where the fast path's ``source`` proposes, when it has a ``propose_table`` (e.g.
+        :class:`mdsd.drafters.PromptLookup`): True, inside the step, for the whole batch on the device (no
+        host work per row, no read); False, on the host, row by row, between steps (as the eager path
+        always does). None (default): inside on an accelerator from
+        :attr:`mdsd.tree.compiled.FastPath.TABLE_ROWS` rows on, on the host otherwise. Both give the same
+        proposals.
 
     Examples
     --------
@@ -116,6 +123,7 @@ class TreeDecoder:
         source: object | None = None,
         retrieve: tuple[int, int] = (1, 4),
         compile: bool | str = False,
+        propose_inside: bool | None = None,
     ) -> None:
         if (
             tree is None
@@ -168,6 +176,14 @@ class TreeDecoder:
         self.eos_token_ids = eos_ids(target, eos_token_id)
         self.profile = profile
         self.compile = backend_of(compile, _device(target))
+        if propose_inside is not None and not isinstance(propose_inside, bool):
+            raise TypeError(f"propose_inside must be True, False or None, got {propose_inside!r}")
+        if propose_inside and (self.compile is None or not callable(getattr(source, "propose_table", None))):
+            raise ValueError(
+                "propose_inside=True needs the fast path (compile) and a source with propose_table (e.g. "
+                f"PromptLookup); got compile={compile!r}, source {type(source).__name__}"
+            )
+        self.propose_inside = propose_inside
         self._fast_path = None
         if self.compile is not None:
             self._fast_path = FastPath(self, self.compile)  # refuses what the fast path cannot run

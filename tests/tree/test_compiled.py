@@ -20,6 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.drafters import Priority, PromptLookup
 from mdsd.tree.adaptive import GrowShrink
+from mdsd.tree.compiled import FastPath
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
 PROMPTS = [[3, 1, 4, 3, 1, 4, 3], [7], [2, 2, 9, 2, 5, 11]]
@@ -106,11 +107,6 @@ def test_a_source_and_autoregressive_decoding_trace_too(pair):
         assert _decode(static, seed=5) == _decode(traced, seed=5)
 
 
-def _with_tables(dec, on: bool):
-    dec._fast_path.device_tables = on  # the CPU's default is off: proposals on the host, row by row
-    return dec
-
-
 @pytest.mark.parametrize("family", ["source", "retrieval alone"])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_prompt_lookup_inside_the_step_proposes_what_the_host_does(pair, family, temperature, monkeypatch):
@@ -121,37 +117,46 @@ def test_prompt_lookup_inside_the_step_proposes_what_the_host_does(pair, family,
     spec = dict(FAMILIES[family])
     tree, model = spec.pop("tree"), spec.pop("draft", draft)
 
-    def decoder(compile):
+    def decoder(compile, inside):  # the CPU's default is the host: proposals row by row
         return TreeDecoder(
-            target, model, tree, temperature=temperature, eos_token_id=EOS, compile=compile, **spec
+            target,
+            model,
+            tree,
+            temperature=temperature,
+            eos_token_id=EOS,
+            compile=compile,
+            propose_inside=inside,
+            **spec,
         )
 
     def decodes(dec):  # two seeds whose sampled decodes accept retrieved tokens in both families
         outs = [dec.generate_batch(PROMPTS, 20, torch.Generator().manual_seed(s)) for s in (1, 4)]
         return [(o.tokens.tolist(), o.accepted_per_step, o.retrieved_per_step) for out in outs for o in out]
 
-    expected = decodes(_with_tables(decoder("none"), False))
+    expected = decodes(decoder("none", False))
     assert sum(sum(r) for *_, r in expected) > 0  # retrieved proposals were accepted
 
     def refuse(*args):
         raise AssertionError("the host proposed")
 
     monkeypatch.setattr(PromptLookup, "propose", refuse)
-    for compile in ("none", "eager"):
-        dec = _with_tables(decoder(compile), True)
-        assert decodes(dec) == expected  # decoding again refills the buffer from the prompts
+    for compile in ("none", "eager"):  # decoding again refills the buffer from the prompts
+        assert decodes(decoder(compile, True)) == expected
 
 
 def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(pair):
     target, draft = pair
-    fast = TreeDecoder(target, None, None, temperature=0.5, source=PromptLookup(), compile="none")._fast_path
-    gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), fast.TABLE_ROWS
-    assert fast.proposes_inside(gpu, rows) and not fast.proposes_inside(gpu, rows - 1)
-    assert not fast.proposes_inside(cpu, 4 * rows)
-    fast.device_tables = True
-    assert fast.proposes_inside(cpu, 1)
-    fast.device_tables = False
-    assert not fast.proposes_inside(gpu, 4 * rows)
+
+    def fast(inside=None):
+        return TreeDecoder(
+            target, None, None, temperature=0.5, source=PromptLookup(), compile="none", propose_inside=inside
+        )._fast_path
+
+    gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), FastPath.TABLE_ROWS
+    assert fast().proposes_inside(gpu, rows) and not fast().proposes_inside(gpu, rows - 1)
+    assert not fast().proposes_inside(cpu, 4 * rows)
+    assert fast(True).proposes_inside(cpu, 1)
+    assert not fast(False).proposes_inside(gpu, 4 * rows)
     host = TreeDecoder(  # a source without propose_table proposes on the host
         target,
         draft,
@@ -164,6 +169,21 @@ def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(
     assert not host._fast_path.proposes_inside(gpu, 4 * rows)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"source": PromptLookup(), "propose_inside": 1}, TypeError, "propose_inside must be True, False"),
+        ({"source": PromptLookup(), "propose_inside": True, "compile": False}, ValueError, "compile=False"),
+        ({"source": Priority([PromptLookup()]), "propose_inside": True}, ValueError, "source Priority"),
+    ],
+)
+def test_proposing_inside_the_step_is_refused_where_it_cannot_run(pair, kwargs, error, words):
+    kwargs = {"compile": "none"} | kwargs
+    with pytest.raises(error, match=words) as caught:
+        TreeDecoder(pair[0], None, None, temperature=0.5, **kwargs)
+    assert "propose_inside" in str(caught.value)
+
+
 def test_a_context_buffer_that_misses_the_emitted_tokens_is_caught(pair, monkeypatch):
     """The comparison above can fail: a step that forgets to append what it emitted proposes from stale
     contexts."""
@@ -172,10 +192,22 @@ def test_a_context_buffer_that_misses_the_emitted_tokens_is_caught(pair, monkeyp
     target, _ = pair
     spec = dict(FAMILIES["retrieval alone"])
     tree, model = spec.pop("tree"), spec.pop("draft")
-    dec = TreeDecoder(target, model, tree, temperature=0.0, eos_token_id=EOS, compile="none", **spec)
-    expected = _decode(_with_tables(dec, False), new=20)
+
+    def decoder(inside):
+        return TreeDecoder(
+            target,
+            model,
+            tree,
+            temperature=0.0,
+            eos_token_id=EOS,
+            compile="none",
+            propose_inside=inside,
+            **spec,
+        )
+
+    expected = _decode(decoder(False), new=20)
     monkeypatch.setattr(compiled, "_extend", lambda *args: None)
-    assert _decode(_with_tables(dec, True), new=20) != expected
+    assert _decode(decoder(True), new=20) != expected
 
 
 def test_a_broken_trace_is_caught(pair, monkeypatch):

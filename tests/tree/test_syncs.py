@@ -140,8 +140,8 @@ def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models, monkeypat
             source=PromptLookup(),
             retrieve=(2, 3),
             compile="none",
+            propose_inside=True,  # the CPU's default proposes on the host
         )
-        dec._fast_path.device_tables = True  # the CPU's default proposes on the host
         reads, steps, counter = _fast_reads(dec, [[3, 1, 4, 1, 3, 1], [9, 2, 9, 2]])
         assert reads <= steps, (tree, counter, steps)
 
@@ -198,9 +198,15 @@ def test_the_fast_step_with_prompt_lookup_names_its_devices(models):
 
     target, draft = models
     dec = TreeDecoder(
-        target, draft, Tree.kary([2]), "rrs", temperature=0.7, source=PromptLookup(), compile="none"
+        target,
+        draft,
+        Tree.kary([2]),
+        "rrs",
+        temperature=0.7,
+        source=PromptLookup(),
+        compile="none",
+        propose_inside=True,
     )
-    dec._fast_path.device_tables = True
     audit = _DeviceAudit()
     with audit:
         dec.generate_batch([[3, 1, 4, 3, 1], [1, 5]], 12, torch.Generator().manual_seed(0))
