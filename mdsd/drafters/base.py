@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Continuation", "Source", "rank_continuations", "as_context", "check_request"]
+__all__ = ["Continuation", "Source", "rank_continuations", "as_context", "check_request", "has_table"]
 
 PAD = -1  # marks "no token" in a [R, D] continuation matrix (the continuation ended earlier)
 
@@ -70,6 +70,11 @@ def as_context(context: Sequence[int]) -> np.ndarray:
     if arr.min() < 0:
         raise ValueError(f"context must hold non-negative token ids, got {int(arr.min())}")
     return arr.astype(np.int64, copy=False)
+
+
+def has_table(source: object) -> bool:
+    """Whether ``source`` offers ``propose_table`` (proposals for a whole batch on the device)."""
+    return callable(getattr(source, "propose_table", None))
 
 
 def check_request(width: int, depth: int) -> None:

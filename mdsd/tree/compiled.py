@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mdsd.drafters.base import has_table
 from mdsd.sampling import UniformStream
 from mdsd.tree.draft import Pending
 from mdsd.tree.ledger import Ledger, TreeDecodeOutput
@@ -219,7 +220,7 @@ class FastPath:
         ``rows`` rows on ``device``: the decoder's ``propose_inside`` if set, else on an accelerator from
         :attr:`TABLE_ROWS` rows on (on the CPU the host is the device, and numpy's lookup row by row costs
         less than the table there)."""
-        if not callable(getattr(self.decoder.source, "propose_table", None)):
+        if not has_table(self.decoder.source):
             return False
         if self.decoder.propose_inside is not None:
             return self.decoder.propose_inside

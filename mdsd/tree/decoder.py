@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from mdsd.drafters.base import has_table
 from mdsd.sampling import UniformStream
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
@@ -178,7 +179,7 @@ class TreeDecoder:
         self.compile = backend_of(compile, _device(target))
         if propose_inside is not None and not isinstance(propose_inside, bool):
             raise TypeError(f"propose_inside must be True, False or None, got {propose_inside!r}")
-        if propose_inside and (self.compile is None or not callable(getattr(source, "propose_table", None))):
+        if propose_inside and (self.compile is None or not has_table(source)):
             raise ValueError(
                 "propose_inside=True needs the fast path (compile) and a source with propose_table (e.g. "
                 f"PromptLookup); got compile={compile!r}, source {type(source).__name__}"
