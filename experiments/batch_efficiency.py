@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.experiment import config_from_cli
 from mdsd.hf.comparison import interval, intervals_overlap
-from mdsd.hf.methods import MethodsConfig, plot_methods, run_method
-from mdsd.sweep import run_tasks
+from mdsd.hf.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
 
 DEFAULT_METHODS = (
     "hf-autoregressive",
@@ -72,38 +71,15 @@ def main(argv: list[str] | None = None) -> None:
         gen = torch.Generator().manual_seed(config.seed)
         todo = [torch.randint(64, (int(n),), generator=gen).tolist() for n in (5, 9, 13, 7)]
     else:
-        from mdsd.data.prompts import prompts
-        from mdsd.hf import describe_model, load_tokenizer, pair_paths
-
-        models = (
-            (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
-        )
-        tokenizer = load_tokenizer(models[0])
-        todo = [
-            list(p.input_ids)
-            for name in config.datasets
-            for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
-        ]
+        models, per_set, described = real_prompts(config)
+        todo = [p for name in config.datasets for p in per_set[name]]
         prompt_sets = list(config.datasets)
-        described = {"target": describe_model(models[0]), "draft": describe_model(models[1])}
     tasks = [{"temperature": t, "method": m} for t in config.temperatures for m in config.methods]
-    out = output_dir("batch_efficiency", config.output_dir)
-    with partial_results(out, "batch_efficiency", config, config.resume) as checkpoint:
-        rows = run_tasks(
-            run_method,
-            tasks,
-            shared={"todo": todo, "models": models, "config": config},
-            ray=config.ray or None,
-            num_cpus=config.threads,
-            num_gpus=1 if config.device.startswith("cuda") else 0,
-            checkpoint=checkpoint,
-            desc="batch efficiency",
-        )
-        write_results(
-            out, "batch_efficiency", rows, config, config.seed, models=described, prompt_sets=prompt_sets
-        )
-        plot_methods(rows, out / "batch_efficiency.png")
-        (out / "summary.md").write_text(summary(rows, config, len(todo)))
+    out, rows = sweep_methods(
+        "batch_efficiency", run_method, tasks, todo, models, config, models=described, prompt_sets=prompt_sets
+    )
+    plot_methods(rows, out / "batch_efficiency.png")
+    (out / "summary.md").write_text(summary(rows, config, len(todo)))
     print((out / "summary.md").read_text())
     print(f"results in {out}")
 

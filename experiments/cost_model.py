@@ -88,7 +88,7 @@ class Config:
     )
     seed: int = field(default=0, metadata={"help": "seed of profiles, prompts and decoding"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
-    output_dir: str = field(default="", metadata={"help": "results directory ('' = a fresh one in runs/)"})
+    output_dir: str = mdsd.experiment.output_dir_field()
 
 
 QUICK = dict(

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mdsd.data import cache_dir
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.experiment import config_from_cli
 from mdsd.hf.comparison import intervals_overlap
-from mdsd.hf.methods import MethodsConfig, plot_methods, run_method
-from mdsd.sweep import run_tasks
+from mdsd.hf.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
 
 METHODS = (
     "chain:4/single",
@@ -85,51 +84,26 @@ def main(argv: list[str] | None = None) -> None:
             for d in config.datasets
         }
     else:
-        from mdsd.data.prompts import prompts
-        from mdsd.hf import describe_model, load_tokenizer, pair_paths
-
-        models = (
-            (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
-        )
-        tokenizer = load_tokenizer(models[0])
-        todo = {
-            d: [
-                list(p.input_ids)
-                for p in prompts(d, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
-            ]
-            for d in config.datasets
-        }
-        described = {"target": describe_model(models[0]), "draft": describe_model(models[1])}
+        models, todo, described = real_prompts(config)
     tasks = [
         {"dataset": d, "temperature": t, "method": m}
         for d in config.datasets
         for t in config.temperatures
         for m in config.methods
     ]
-    out = output_dir("draft_sources", config.output_dir)
-    with partial_results(out, "draft_sources", config, config.resume) as checkpoint:
-        rows = run_tasks(
-            run_configuration,
-            tasks,
-            shared={"todo": todo, "models": models, "config": config},
-            ray=config.ray or None,
-            num_cpus=config.threads,
-            num_gpus=1 if config.device.startswith("cuda") else 0,
-            checkpoint=checkpoint,
-            desc="draft sources",
-        )
-        write_results(
-            out,
-            "draft_sources",
-            rows,
-            config,
-            config.seed,
-            models=described,
-            prompt_sets=list(config.datasets),
-        )
-        (out / "summary.md").write_text(summary(rows, config))
-        for d in config.datasets:
-            plot_methods([r for r in rows if r["dataset"] == d], out / f"draft_sources_{d}.png")
+    out, rows = sweep_methods(
+        "draft_sources",
+        run_configuration,
+        tasks,
+        todo,
+        models,
+        config,
+        models=described,
+        prompt_sets=list(config.datasets),
+    )
+    (out / "summary.md").write_text(summary(rows, config))
+    for d in config.datasets:
+        plot_methods([r for r in rows if r["dataset"] == d], out / f"draft_sources_{d}.png")
     print((out / "summary.md").read_text())
     print(f"results in {out}")
 

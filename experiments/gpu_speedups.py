@@ -64,7 +64,7 @@ class Config:
     )
     batches: tuple[int, ...] = field(default=(1, 2, 4, 8, 16, 32, 64), metadata={"help": "batch sizes B"})
     context: int = field(default=160, metadata={"help": "cache length of the prediction"})
-    output_dir: str = field(default="", metadata={"help": "results directory ('' = a fresh one in runs/)"})
+    output_dir: str = mdsd.experiment.output_dir_field()
     seed: int = field(default=0, metadata={"help": "unused (no randomness); recorded"})
 
 

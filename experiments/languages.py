@@ -66,12 +66,9 @@ class Config:
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "seed of the recorded continuations and the decodes"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models, token prompts"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
-    ray: str = field(
-        default="",
-        metadata={"help": "run on Ray: --ray (here), --ray auto or HOST:PORT", "const": "local", "run": True},
-    )
-    resume: bool = field(default=False, metadata={"help": "continue an interrupted run", "run": True})
+    output_dir: str = mdsd.experiment.output_dir_field()
+    ray: str = mdsd.experiment.ray_field()
+    resume: bool = mdsd.experiment.resume_field()
 
 
 def _language(name: str, config: Config, tokenizer) -> tuple[list[list[int]], list[list[int]]]:

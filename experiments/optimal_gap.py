@@ -64,18 +64,9 @@ class Config:
     )
     seed: int = field(default=0, metadata={"help": "seed of the pairs"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (10, 50), k in (2, 3), 2 pairs"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
-    ray: str = field(
-        default="",
-        metadata={
-            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
-            "const": "local",
-            "run": True,
-        },
-    )
-    resume: bool = field(
-        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
-    )
+    output_dir: str = mdsd.experiment.output_dir_field()
+    ray: str = mdsd.experiment.ray_field()
+    resume: bool = mdsd.experiment.resume_field()
 
 
 def skip_reason(name: str, k: int, q: np.ndarray, limit: int) -> str | None:

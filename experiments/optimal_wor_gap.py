@@ -61,7 +61,7 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--source record: continuation T"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     quick: bool = field(default=False, metadata={"help": "smoke test: T = 1.0, k = 2, 2 pairs, 2,000 steps"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
+    output_dir: str = mdsd.experiment.output_dir_field()
 
 
 def _pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:

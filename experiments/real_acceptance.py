@@ -74,18 +74,9 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--record: continuation temperature"})
     threads: int = field(default=2, metadata={"help": "--record: torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "--record: continuation seed"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
-    ray: str = field(
-        default="",
-        metadata={
-            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
-            "const": "local",
-            "run": True,
-        },
-    )
-    resume: bool = field(
-        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
-    )
+    output_dir: str = mdsd.experiment.output_dir_field()
+    ray: str = mdsd.experiment.ray_field()
+    resume: bool = mdsd.experiment.resume_field()
 
 
 def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:

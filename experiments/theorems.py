@@ -74,18 +74,9 @@ class Config:
     quick: bool = field(
         default=False, metadata={"help": "smoke test: 1 pair per n, one toy and one Dirichlet source"}
     )
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
-    ray: str = field(
-        default="",
-        metadata={
-            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
-            "const": "local",
-            "run": True,
-        },
-    )
-    resume: bool = field(
-        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
-    )
+    output_dir: str = mdsd.experiment.output_dir_field()
+    ray: str = mdsd.experiment.ray_field()
+    resume: bool = mdsd.experiment.resume_field()
 
 
 def sources(config: Config) -> list[tuple[str, list]]:

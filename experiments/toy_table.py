@@ -53,7 +53,7 @@ class Config:
         metadata={"help": "vocabularies of the n sweep at T = 0.25, s = 0.7"},
     )
     quick: bool = field(default=False, metadata={"help": "smoke test: 4 pairs per setting, small sweep"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
+    output_dir: str = mdsd.experiment.output_dir_field()
 
 
 K = 2

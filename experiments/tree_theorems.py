@@ -110,7 +110,7 @@ class Config:
     max_prompt_tokens: int = field(default=128, metadata={"help": "--real: templated prompt length cap"})
     threads: int = field(default=2, metadata={"help": "--real: torch CPU threads"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (2, 3), 2 cases per setting"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
+    output_dir: str = mdsd.experiment.output_dir_field()
 
 
 def settings(config: Config) -> list[tuple[int, str, str]]:

@@ -67,6 +67,32 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
     return cls(**values)
 
 
+def output_dir_field() -> typing.Any:
+    """The ``output_dir`` field of an experiment's config: where :func:`output_dir` writes ('' = a fresh
+    runs/ folder)."""
+    return dataclasses.field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
+
+
+def ray_field() -> typing.Any:
+    """The ``ray`` field of a sweep's config (:func:`mdsd.sweep.run_tasks`): '' runs here without Ray,
+    ``--ray`` alone on a local Ray, ``--ray auto`` or ``--ray HOST:PORT`` on a cluster. A run field."""
+    return dataclasses.field(
+        default="",
+        metadata={
+            "help": "run on Ray: --ray (here), --ray auto or HOST:PORT (a cluster)",
+            "const": "local",
+            "run": True,
+        },
+    )
+
+
+def resume_field() -> typing.Any:
+    """The ``resume`` field of a sweep's config (:func:`partial_results`). A run field."""
+    return dataclasses.field(
+        default=False, metadata={"help": "continue from an interrupted run's finished tasks", "run": True}
+    )
+
+
 def output_dir(name: str, given: str = "", flag: str = "--output-dir") -> Path:
     """Where an experiment writes, created now (before any work, so a bad ``--output-dir`` fails at once):
     ``given`` if set (e.g. ``results/<name>`` to update committed results on purpose), else a fresh

@@ -29,7 +29,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["MethodsConfig", "acceptance_vector", "make_method", "run_method", "plot_methods"]
+from mdsd import experiment
+
+__all__ = [
+    "MethodsConfig",
+    "acceptance_vector",
+    "make_method",
+    "real_prompts",
+    "run_method",
+    "sweep_methods",
+    "plot_methods",
+]
 
 
 @dataclass(frozen=True)
@@ -63,12 +73,9 @@ class MethodsConfig:
     )
     seed: int = field(default=0, metadata={"help": "seed of prompt i's decode: seed + i"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
-    output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
-    ray: str = field(
-        default="",
-        metadata={"help": "run on Ray: --ray (here), --ray auto or HOST:PORT", "const": "local", "run": True},
-    )
-    resume: bool = field(default=False, metadata={"help": "continue an interrupted run", "run": True})
+    output_dir: str = experiment.output_dir_field()
+    ray: str = experiment.ray_field()
+    resume: bool = experiment.resume_field()
 
 
 def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> list[float]:
@@ -230,6 +237,51 @@ def run_method(
             for r in result.runs
         ],
     }
+
+
+def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list[list[int]]], dict]:
+    """``(models, prompts, described)`` of a sweep on a real pair: the pair's directories (``config.target``
+    / ``config.draft``, or the cached qwen2.5-coder pair), the first ``config.prompts_per_set``
+    chat-templated prompts of each set in ``config.datasets`` as token lists (at most
+    ``config.max_prompt_tokens`` each), and the pair described for the results' metadata."""
+    from mdsd.data.prompts import prompts
+    from mdsd.hf import describe_model, load_tokenizer, pair_paths
+
+    models = (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
+    tokenizer = load_tokenizer(models[0])
+    todo = {
+        name: [
+            list(p.input_ids)
+            for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
+        ]
+        for name in config.datasets
+    }
+    return models, todo, {"target": describe_model(models[0]), "draft": describe_model(models[1])}
+
+
+def sweep_methods(
+    name: str, fn, tasks: list[dict], todo, pair: tuple[str, str] | None, config: MethodsConfig, **metadata
+) -> tuple[Path, list[dict]]:
+    """Run ``fn(task, todo, models=pair, config)`` for every task (:func:`mdsd.sweep.run_tasks`: here, or on
+    Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run) and write the
+    rows to ``out/name.{json,csv}`` with ``metadata`` (:func:`mdsd.experiment.write_results`). Returns
+    ``(out, rows)``, ``out`` being :func:`mdsd.experiment.output_dir` of ``config.output_dir``."""
+    from mdsd.sweep import run_tasks
+
+    out = experiment.output_dir(name, config.output_dir)
+    with experiment.partial_results(out, name, config, config.resume) as checkpoint:
+        rows = run_tasks(
+            fn,
+            tasks,
+            shared={"todo": todo, "models": pair, "config": config},
+            ray=config.ray or None,
+            num_cpus=config.threads,
+            num_gpus=1 if config.device.startswith("cuda") else 0,
+            checkpoint=checkpoint,
+            desc=name.replace("_", " "),
+        )
+        experiment.write_results(out, name, rows, config, config.seed, **metadata)
+    return out, rows
 
 
 def plot_methods(rows: list[dict], path: Path) -> None:
