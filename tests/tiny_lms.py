@@ -66,3 +66,22 @@ def perturbed(model, noise: float, seed: int):
         for w in other.parameters():
             w.add_(noise * w.std() * torch.randn(w.shape, generator=gen))
     return other
+
+
+WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]
+
+
+def word_pair(root):
+    """``(target_dir, draft_dir)`` under ``root``: a tiny target over :data:`WORDS` and a perturbed draft,
+    saved as model directories with a word-level tokenizer (what ``mdsd decode`` loads)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="<unk>")
+    target = tiny_lm(0, vocab=len(WORDS))
+    for name, model in (("target", target), ("draft", perturbed(target, 0.3, seed=1))):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root / "target", root / "draft"

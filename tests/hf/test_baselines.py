@@ -19,7 +19,7 @@ import torch
 from scipy.stats import chisquare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tree"))  # the decoder tests' tiny models
-from tiny_lms import perturbed, tiny_lm  # noqa: E402
+from tiny_lms import perturbed, tiny_lm, word_pair  # noqa: E402
 
 from mdsd import Tree, TreeDecoder  # noqa: E402
 from mdsd.hf import (  # noqa: E402
@@ -433,23 +433,10 @@ def test_the_fast_path_counts_the_forwards_the_hook_counts_on_the_eager_path(pai
 
 # ---- mdsd decode --compare ---------------------------------------------------------------------------------
 
-WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]
-
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    root = tmp_path_factory.mktemp("pair")
-    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="<unk>")
-    target = tiny_lm(0, vocab=len(WORDS))
-    for name, model in (("target", target), ("draft", perturbed(target, 0.3, seed=1))):
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-    return root / "target", root / "draft"
+    return word_pair(tmp_path_factory.mktemp("pair"))
 
 
 def test_cli_decode_compare_prints_the_table(model_dirs, tmp_path, capsys, monkeypatch):

@@ -7,28 +7,16 @@ import sys
 
 import pytest
 import torch
-from tiny_lms import perturbed, tiny_lm
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from tiny_lms import word_pair
 
 from mdsd import Tree
 from mdsd.cli import main
 from mdsd.tree.spec import parse_tree
 
-WORDS = ["<unk>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then"]
-
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair")
-    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="<unk>")
-    target = tiny_lm(0, vocab=len(WORDS))
-    for name, model in (("target", target), ("draft", perturbed(target, 0.3, seed=1))):
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-    return root / "target", root / "draft"
+    return word_pair(tmp_path_factory.mktemp("pair"))
 
 
 def test_decode_prints_text_and_tokens_per_step(model_dirs, tmp_path, capsys):
