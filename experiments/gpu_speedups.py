@@ -4,7 +4,10 @@ Inputs, all in the repository:
 
 * two cost profiles (target, draft) measured on a GPU by :func:`mdsd.measure_profile`, of one decoder path:
   the fast path's (``benchmarks/gpu_fast.py``'s ``profiles`` section) or the eager path's; a folder with
-  the target's alone predicts only the methods that run no draft model (a draft source alone);
+  the target's alone predicts only the methods that run no draft model (a draft source alone). Or, with
+  ``--forwards``, the two models' captured forwards of ``gpu_fast.py``'s ``forwards`` section (B = 1 and 64,
+  t = 1, 5 and 16 new tokens, one cache length) as a coarse pair of profiles: linear between those points,
+  and beyond t = 16 the last segment continued (the rows whose target forward reads more say so);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
   o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
@@ -23,6 +26,8 @@ left out.
         --overhead results/gpu/gpu_fast.json --output-dir results/gpu
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-eager --label eager \
         --output-dir results/gpu
+    python experiments/gpu_speedups.py --forwards benchmarks/results/gpu_fast_h100.json \
+        --label h100-forwards --output-dir results/gpu
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ class Config:
 
     profiles: str = field(
         default="results/gpu/profiles/h200-static", metadata={"help": "folder with target.json, draft.json"}
+    )
+    forwards: str = field(
+        default="",
+        metadata={"help": "gpu_fast.json whose captured forwards are the profiles (not --profiles)"},
     )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
     label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
@@ -112,10 +121,40 @@ def fit_overhead(path: Path) -> Overhead | None:
     return Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(rows), error)
 
 
-def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
-    folder = ROOT / config.profiles
-    target = mdsd.CostProfile.load(folder / "target.json")
-    draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
+def forward_profiles(path: Path) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
+    """(target, draft): the captured forwards of a ``benchmarks/gpu_fast.py`` result's ``forwards`` section
+    as cost profiles on their grid (B × new tokens × its one cache length; medians of 30 replays, no
+    spread recorded) of the fast path's CUDA graphs."""
+    payload = json.loads(path.read_text())
+    env = payload["env"]
+    profiles = []
+    for who in ("target", "draft"):
+        ms = {
+            (r["B"], r["tokens"], r["context"]): r["captured_ms"]
+            for r in payload["forwards"]
+            if r["model"] == who and "captured_ms" in r
+        }
+        b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
+        times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
+        model = {"name": f"{who} of {path.name}", "parameters": env[f"{who}_parameters"]}
+        zeros = np.zeros((len(b), len(t), len(c))).tolist()
+        device = f"cuda ({env['gpu']})"
+        profiles.append(
+            mdsd.CostProfile(model, device, "bfloat16", 0, 30, b, t, c, times, zeros, "static:cudagraph")
+        )
+    return profiles[0], profiles[1]
+
+
+def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd.CostProfile]:
+    if config.forwards:
+        target, draft = forward_profiles(ROOT / config.forwards)
+        if config.context not in target.contexts:
+            raise ValueError(f"--context must be {target.contexts[0]} with --forwards, got {config.context}")
+    else:
+        folder = ROOT / config.profiles
+        target = mdsd.CostProfile.load(folder / "target.json")
+        draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
+    extrapolate = bool(config.forwards)
     overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
     stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
@@ -127,9 +166,19 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
             if plan is None or (draft is None and step_forwards(plan)[0]):
                 continue  # HF's methods; without a draft profile, the methods that run the draft model
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
+            draft_tokens, target_tokens = step_forwards(plan, static=stand_in.path != "eager")
+            widest = max([*draft_tokens, target_tokens])  # new tokens of the step's widest forward
             for B in config.batches:
                 pred = mdsd.predict(
-                    target, stand_in, plan, None, B, config.context, tokens_per_step=e, overhead=overhead
+                    target,
+                    stand_in,
+                    plan,
+                    None,
+                    B,
+                    config.context,
+                    tokens_per_step=e,
+                    overhead=overhead,
+                    extrapolate=extrapolate,
                 )
                 best = mdsd.predict(
                     target,
@@ -140,6 +189,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
                     config.context,
                     tokens_per_step=float(plan.max_depth + 1),
                     overhead=overhead,
+                    extrapolate=extrapolate,
                 )
                 rows.append(
                     {
@@ -153,6 +203,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
                         "autoregressive_ms": 1e3 * pred.autoregressive_seconds,
                         "speedup": pred.speedup,
                         "bound": best.speedup,
+                        "extrapolated": widest > target.tokens[-1],
                     }
                 )
     ratio = {
@@ -160,14 +211,23 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict]:
         for B in config.batches
         if draft is not None
     }
-    return rows, overhead, ratio
+    return rows, overhead, ratio, target
 
 
-def summary(rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config) -> str:
+def summary(
+    rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config, target: mdsd.CostProfile
+) -> str:
+    where = (
+        f"the captured forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
+        f"tokens in {list(target.tokens)}; * : a forward of the step reads more than {target.tokens[-1]}, "
+        "extrapolated)"
+        if config.forwards
+        else config.profiles
+    )
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
         "",
-        f"Profiles: {config.profiles}; context {config.context}; overhead: "
+        f"Profiles: {where}; context {config.context}; overhead: "
         + (
             f"{1e3 * overhead.per_step:.3f} ms + {1e6 * overhead.per_row_node:.2f} µs · B · (F + M) "
             f"(fit over {overhead.runs} measured steps, rms {overhead.rms_relative_error:.0%})"
@@ -193,7 +253,10 @@ def summary(rows: list[dict], overhead: Overhead | None, ratio: dict, config: Co
         ]
         cells = " | ".join(f"{r['speedup']:.2f} ({r['bound']:.2f})" for r in mine)
         name = dataset or source
-        lines.append(f"| {name} | {temperature} | {method} | {mine[0]['tokens_per_forward']:.2f} | {cells} |")
+        star = "*" if mine[0]["extrapolated"] else ""
+        lines.append(
+            f"| {name} | {temperature} | {method}{star} | {mine[0]['tokens_per_forward']:.2f} | {cells} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -227,10 +290,10 @@ def plot(rows: list[dict], path: Path, label: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     out = output_dir("gpu_speedups", config.output_dir)
-    rows, overhead, ratio = predictions(config)
+    rows, overhead, ratio, target = predictions(config)
     name = f"speedups_{config.label}"
     write_results(out, name, rows, config, config.seed, overhead=overhead and overhead.__dict__)
-    (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config))
+    (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config, target))
     plot(rows, out / f"{name}.png", config.label)
     print(f"results in {out}")
 

@@ -398,9 +398,48 @@ def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profil
     eager = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-eager"
     (tmp_path / "alone").mkdir()
     shutil.copy(eager / "target.json", tmp_path / "alone" / "target.json")
-    both, _, ratio = predictions(Config(profiles=str(eager)))
-    alone, _, no_ratio = predictions(Config(profiles=str(tmp_path / "alone")))
+    both, _, ratio, _ = predictions(Config(profiles=str(eager)))
+    alone, _, no_ratio, _ = predictions(Config(profiles=str(tmp_path / "alone")))
     assert ratio and not no_ratio
     free = {r["method"] for r in alone}
     assert free and all(m.startswith("none/") and "+" in m for m in free)
     assert alone == [r for r in both if r["method"] in free]
+
+
+def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
+    """--forwards: gpu_fast.json's forwards section (B x t at one context) as the two profiles. With times
+    linear in B and in t, every predicted speedup equals E · f_p(B, 1) / (Σ_d f_q(B, n_d) + f_p(B, F)) over
+    the step's forward shapes, extrapolated beyond t = 16 (rows say so); another context is refused."""
+    from mdsd.costs import step_forwards
+
+    mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
+    Config, predictions, plan_of = (mod[k] for k in ("Config", "predictions", "plan_of"))
+
+    def ms(who, B, t):  # milliseconds: weights read once, then linear in the batch's new tokens
+        return (3.8 + 0.02 * B * t) if who == "target" else (2.9 + 0.01 * B * t)
+
+    forwards = [
+        {"model": who, "B": B, "tokens": t, "context": 256, "eager_ms": 30.0, "captured_ms": ms(who, B, t)}
+        for who in ("target", "draft")
+        for B in (1, 64)
+        for t in (1, 5, 16)
+    ]
+    forwards.append({"model": "target", "B": 1, "tokens": 1, "context": 256, "hf_static_captured_ms": 9.0})
+    env = {"gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "forwards": forwards}))
+    config = Config(forwards=str(tmp_path / "gpu_fast.json"), context=256)
+    rows, overhead, ratio, target = predictions(config)
+    assert overhead is None and target.device == "cuda (a card)" and target.path == "static:cudagraph"
+    assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
+    methods = {r["method"] for r in rows}
+    assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
+    for r in rows:
+        plan = plan_of(r["method"], r["temperature"], (2, 8) if r["source"] == "draft_sources" else (1, 8))
+        draft, F = step_forwards(plan, static=True)
+        step = sum(ms("draft", r["batch"], n) for n in draft) + ms("target", r["batch"], F)
+        e = min(r["tokens_per_forward"], plan.max_depth + 1)
+        assert r["speedup"] == pytest.approx(e * ms("target", r["batch"], 1) / step, rel=1e-9)
+        assert r["extrapolated"] == (max([*draft, F]) > 16)
+    assert any(r["extrapolated"] for r in rows) and not all(r["extrapolated"] for r in rows)
+    with pytest.raises(ValueError, match="--context must be 256"):
+        predictions(Config(forwards=str(tmp_path / "gpu_fast.json")))
