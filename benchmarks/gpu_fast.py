@@ -13,6 +13,9 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              64, eager at B = 1
   fused      the same for the step compiled by inductor and then captured (``compile="inductor-cudagraph"``):
              AR at B = 1, binary:3 and the dynamic tree at B = 64 (with the warm-up's seconds: it compiles)
+  fused_forwards
+             both models' forwards at B = 1 (t = 1, 16) compiled by inductor and captured, beside the captured
+             ones (experiments/gpu_speedups.py --forwards ... --fused predicts on them)
   profiles   mdsd.measure_profile(compile=True) of both models, saved as CostProfile files for the cost model
   syncs      host synchronisations of the fast path per step and per decode (torch.cuda sync debug mode,
              two decode lengths), tiny models
@@ -159,38 +162,49 @@ def env() -> dict:
     return info
 
 
-@torch.no_grad()
-def forwards() -> list[dict]:
-    from mdsd.tree.compiled import capture
+CONTEXT = 64 if SMALL else 256  # cache length of the forwards sections
+
+
+def static_forwards(model, B: int, tokens: tuple[int, ...]):
+    """``(t, run)`` for each t in ``tokens``: ``run()`` is one static forward of ``model`` (mdsd's), t new
+    tokens for each of B rows after a cache of CONTEXT entries, run once already (so it can be captured)."""
     from mdsd.tree.draft import causal
     from mdsd.tree.static import StaticLM
 
+    vocab = model.config.vocab_size
+    lm = StaticLM(model, B, CONTEXT + 64)
+    real = torch.ones(B, CONTEXT, dtype=torch.bool, device=DEV)
+    ids = torch.randint(vocab, (B, CONTEXT), device=DEV)
+    lm.forward(ids, causal(real), torch.arange(CONTEXT, device=DEV).expand(B, -1), 1, real)
+    lm.commit(torch.arange(CONTEXT, device=DEV).expand(B, -1), torch.full((B,), CONTEXT, device=DEV))
+    for t in tokens:
+        new = torch.randint(vocab, (B, t), device=DEV)
+        block = torch.ones(B, t, dtype=torch.bool, device=DEV)
+        vis, pos = causal(block), CONTEXT + torch.arange(t, device=DEV).expand(B, -1)
+
+        def run(new=new, vis=vis, pos=pos, t=t, block=block, lm=lm):
+            lm.begin()
+            return lm.forward(new, vis, pos, t, block)[0]
+
+        run()
+        yield t, run
+
+
+@torch.no_grad()
+def forwards() -> list[dict]:
+    from mdsd.tree.compiled import capture
+
     rows = []
-    context = 64 if SMALL else 256
+    context = CONTEXT
     for who, model in zip(("target", "draft"), pair(), strict=True):
-        vocab = model.config.vocab_size
         for B in (1, 64):
-            lm = StaticLM(model, B, context + 64)
-            real = torch.ones(B, context, dtype=torch.bool, device=DEV)
-            ids = torch.randint(vocab, (B, context), device=DEV)
-            lm.forward(ids, causal(real), torch.arange(context, device=DEV).expand(B, -1), 1, real)
-            lm.commit(torch.arange(context, device=DEV).expand(B, -1), torch.full((B,), context, device=DEV))
-            for t in (1, 5, 16):
-                new = torch.randint(vocab, (B, t), device=DEV)
-                block = torch.ones(B, t, dtype=torch.bool, device=DEV)
-                vis, pos = causal(block), context + torch.arange(t, device=DEV).expand(B, -1)
-
-                def run(new=new, vis=vis, pos=pos, t=t, block=block, lm=lm):
-                    lm.begin()
-                    return lm.forward(new, vis, pos, t, block)[0]
-
+            for t, run in static_forwards(model, B, (1, 5, 16)):
                 eager = ms(run, 10)
                 graph = ms(capture(run, FAST), 30)
                 rows.append(
                     dict(model=who, B=B, tokens=t, context=context, eager_ms=eager, captured_ms=graph)
                 )
                 log(f"forward {who} B={B} t={t}: eager {eager:.2f} ms, captured {graph:.2f} ms")
-            del lm
     if DEV.type == "cuda":  # transformers' StaticCache forward in one CUDA graph, side by side
         from transformers import StaticCache
 
@@ -224,6 +238,34 @@ def forwards() -> list[dict]:
             except Exception as err:
                 row["hf_static_error"] = repr(err)[:300]
             rows.append(row)
+    return rows
+
+
+@torch.no_grad()
+def fused_forwards() -> list[dict]:
+    """Both models' forwards at B = 1 (t = 1 and 16) compiled by inductor, then captured
+    (``inductor-cudagraph``; on the CPU inductor alone), beside the same forwards captured as they are: how
+    near its memory floor a fused forward gets. Each shape compiles once (``compile_s``)."""
+    from mdsd.tree.compiled import capture
+
+    backend = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"
+    rows = []
+    for who, model in zip(("target", "draft"), pair(), strict=True):
+        for t, run in static_forwards(model, 1, (1, 16)):
+            row = dict(model=who, B=1, tokens=t, context=CONTEXT, backend=backend)
+            try:
+                row["captured_ms"] = ms(capture(run, FAST), 30)
+                start = time.time()
+                fused = capture(run, backend)
+                fused()
+                row["compile_s"] = round(time.time() - start, 1)
+                row["fused_ms"] = ms(fused, 30)
+            except Exception as err:
+                row["error"] = repr(err)[:300]
+            rows.append(row)
+            RES["fused_forwards"] = rows
+            save()
+            log(f"fused forward {who} t={t}: {row}")
     return rows
 
 
@@ -478,6 +520,7 @@ PLAN = [
     ("forwards", forwards),
     ("decode", decode),
     ("fused", fused),
+    ("fused_forwards", fused_forwards),
     ("profiles", profiles),
     ("syncs", syncs),
     ("law", law),

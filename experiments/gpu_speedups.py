@@ -7,7 +7,9 @@ Inputs, all in the repository:
   the target's alone predicts only the methods that run no draft model (a draft source alone). Or, with
   ``--forwards``, the two models' captured forwards of ``gpu_fast.py``'s ``forwards`` section (B = 1 and 64,
   t = 1, 5 and 16 new tokens, one cache length) as a coarse pair of profiles: linear between those points,
-  and beyond t = 16 the last segment continued (the rows whose target forward reads more say so);
+  and beyond t = 16 the last segment continued (the rows whose widest forward reads more say so); with
+  ``--fused``, the forwards of its ``fused_forwards`` section instead (compiled by inductor, then captured;
+  B = 1, t = 1 and 16);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
   o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
@@ -26,8 +28,10 @@ left out.
         --overhead results/gpu/gpu_fast.json --output-dir results/gpu
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-eager --label eager \
         --output-dir results/gpu
-    python experiments/gpu_speedups.py --forwards benchmarks/results/gpu_fast_h100.json \
+    python experiments/gpu_speedups.py --forwards benchmarks/results/gpu_fast_h100.json --context 256 \
         --label h100-forwards --output-dir results/gpu
+    python experiments/gpu_speedups.py --forwards gpu_fast.json --fused --context 256 --batches 1 \
+        --label fused --output-dir results/gpu     # B = 1, where the fused_forwards section measured
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class Config:
     forwards: str = field(
         default="",
         metadata={"help": "gpu_fast.json whose captured forwards are the profiles (not --profiles)"},
+    )
+    fused: bool = field(
+        default=False, metadata={"help": "with --forwards: its inductor-compiled forwards (fused_forwards)"}
     )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
     label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
@@ -121,35 +128,41 @@ def fit_overhead(path: Path) -> Overhead | None:
     return Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(rows), error)
 
 
-def forward_profiles(path: Path) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
+def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
     """(target, draft): the captured forwards of a ``benchmarks/gpu_fast.py`` result's ``forwards`` section
-    as cost profiles on their grid (B × new tokens × its one cache length; medians of 30 replays, no
-    spread recorded) of the fast path's CUDA graphs."""
+    (or, ``fused``, the inductor-compiled and captured ones of its ``fused_forwards`` section) as cost
+    profiles on their grid (B × new tokens × its one cache length; medians of 30 replays, no spread
+    recorded)."""
     payload = json.loads(path.read_text())
     env = payload["env"]
+    device = f"{env['device']} ({env['gpu']})" if "gpu" in env else env["device"]
+    dtype = "bfloat16" if env["device"] == "cuda" else "float32"  # gpu_fast's dtypes
+    section, column = ("fused_forwards", "fused_ms") if fused else ("forwards", "captured_ms")
     profiles = []
     for who in ("target", "draft"):
-        ms = {
-            (r["B"], r["tokens"], r["context"]): r["captured_ms"]
-            for r in payload["forwards"]
-            if r["model"] == who and "captured_ms" in r
-        }
+        rows = [r for r in payload[section] if r["model"] == who and column in r]
+        ms = {(r["B"], r["tokens"], r["context"]): r[column] for r in rows}
         b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
         times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
         model = {"name": f"{who} of {path.name}", "parameters": env[f"{who}_parameters"]}
         zeros = np.zeros((len(b), len(t), len(c))).tolist()
-        device = f"cuda ({env['gpu']})"
-        profiles.append(
-            mdsd.CostProfile(model, device, "bfloat16", 0, 30, b, t, c, times, zeros, "static:cudagraph")
+        how = "static:" + (
+            rows[0]["backend"] if fused else "cudagraph" if env["device"] == "cuda" else "none"
         )
+        profiles.append(mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how))
     return profiles[0], profiles[1]
 
 
 def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd.CostProfile]:
+    if config.fused and not config.forwards:
+        raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
     if config.forwards:
-        target, draft = forward_profiles(ROOT / config.forwards)
+        target, draft = forward_profiles(ROOT / config.forwards, config.fused)
         if config.context not in target.contexts:
             raise ValueError(f"--context must be {target.contexts[0]} with --forwards, got {config.context}")
+        lo, hi = target.batches[0], target.batches[-1]
+        if not all(lo <= B <= hi for B in config.batches):
+            raise ValueError(f"--batches must lie in [{lo}, {hi}], the batches of those forwards")
     else:
         folder = ROOT / config.profiles
         target = mdsd.CostProfile.load(folder / "target.json")
@@ -217,8 +230,9 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
 def summary(
     rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config, target: mdsd.CostProfile
 ) -> str:
+    kind = "inductor-compiled, captured" if config.fused else "captured"
     where = (
-        f"the captured forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
+        f"the {kind} forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
         f"tokens in {list(target.tokens)}; * : a forward of the step reads more than {target.tokens[-1]}, "
         "extrapolated)"
         if config.forwards

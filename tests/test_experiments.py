@@ -425,7 +425,7 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
         for t in (1, 5, 16)
     ]
     forwards.append({"model": "target", "B": 1, "tokens": 1, "context": 256, "hf_static_captured_ms": 9.0})
-    env = {"gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
+    env = {"device": "cuda", "gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "forwards": forwards}))
     config = Config(forwards=str(tmp_path / "gpu_fast.json"), context=256)
     rows, overhead, ratio, target = predictions(config)
@@ -443,3 +443,24 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     assert any(r["extrapolated"] for r in rows) and not all(r["extrapolated"] for r in rows)
     with pytest.raises(ValueError, match="--context must be 256"):
         predictions(Config(forwards=str(tmp_path / "gpu_fast.json")))
+
+    # --fused: the fused_forwards section (B = 1, t = 1 and 16), here twice as fast
+    fused = [
+        {"model": who, "B": 1, "tokens": t, "context": 256, "fused_ms": ms(who, 1, t) / 2, "backend": "x"}
+        for who in ("target", "draft")
+        for t in (1, 16)
+    ]
+    payload = {"env": env, "forwards": forwards, "fused_forwards": fused}
+    (tmp_path / "gpu_fast.json").write_text(json.dumps(payload))
+    config = Config(forwards=str(tmp_path / "gpu_fast.json"), fused=True, context=256, batches=(1,))
+    halved, _, _, target = predictions(config)
+    assert target.path == "static:x" and target.batches == (1,)
+    same = {(r["source"], r["dataset"], r["method"], r["temperature"]): r for r in rows if r["batch"] == 1}
+    for r in halved:  # every time halved: the same speedups, the steps half as long
+        twin = same[(r["source"], r["dataset"], r["method"], r["temperature"])]
+        assert r["speedup"] == pytest.approx(twin["speedup"], rel=1e-9)
+        assert r["step_ms"] == pytest.approx(twin["step_ms"] / 2, rel=1e-9)
+    with pytest.raises(ValueError, match=r"--batches must lie in \[1, 1\]"):
+        predictions(Config(forwards=str(tmp_path / "gpu_fast.json"), fused=True, context=256))
+    with pytest.raises(ValueError, match="--fused reads"):
+        predictions(Config(fused=True))
