@@ -32,8 +32,8 @@ def kernel_name(tmp_path_factory):
         yield KERNEL
 
 
-def test_there_are_three_notebooks():
-    assert len(NOTEBOOKS) == 3, NOTEBOOKS
+def test_there_are_four_notebooks():
+    assert len(NOTEBOOKS) == 4, NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
