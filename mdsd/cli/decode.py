@@ -4,14 +4,19 @@
     mdsd decode --pair qwen2.5-coder --tree dynamic:6,2,3,16 --prompts-file prompts.txt --max-new-tokens 128
     mdsd decode --pair qwen2.5-coder --tree chain:16 --adaptive grow --batch-file prompts.txt
     mdsd decode --pair qwen2.5-coder --tree binary:3 --temperature 0.6 --prompts-file prompts.txt --compare
+    mdsd decode --pair qwen2.5-coder --tree none --source lookup --retrieve 1 8 --compile --prompt "..."
 
 Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...`` (branching per depth),
 ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (grown each step from the draft's probabilities, see
-:class:`mdsd.DynamicTree`), or a JSON file written by ``Tree.to_json`` (e.g. a Sequoia tree). ``--adaptive
-grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule. Prompts from
-``--prompt``/``--prompts-file`` are decoded one at a time; ``--batch-file`` decodes all its lines together in
-one batch (one target forward per step for all of them). Prints each generated text, its tokens per step,
-and a summary: tokens per target forward, tokens per second and where the time went.
+:class:`mdsd.DynamicTree`), a JSON file written by ``Tree.to_json`` (e.g. a Sequoia tree), or ``none`` (no
+draft model: the --source alone, or without one plain autoregressive decoding; --draft is then not needed).
+``--adaptive grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule.
+``--source`` adds a training-free draft source (``lookup``: prompt lookup; ``dictionary``: n-grams learnt
+while decoding; ``datastore``: the suffix-array index in ``--datastore``; several joined by ``,`` in priority
+order): each step it proposes ``--retrieve WIDTH DEPTH`` chains below the root, beside the model's tree.
+Prompts from ``--prompt``/``--prompts-file`` are decoded one at a time; ``--batch-file`` decodes all its
+lines together in one batch (one target forward per step for all of them). Prints each generated text, its
+tokens per step, and a summary: tokens per target forward, tokens per second and where the time went.
 
 ``--compare`` also runs Hugging Face's autoregressive sampling and assisted generation (HF's default draft
 settings) on the same prompts, seeds (prompt i: seed + i) and budget, counts every method's target and draft
@@ -44,6 +49,19 @@ def add_parser(subparsers) -> None:
     models.add_argument("--pair", help="a known pair fetched with `mdsd models fetch` (e.g. qwen2.5-coder)")
     parser.add_argument("--tree", default="binary:3", help="tree (see above) (default: %(default)s)")
     parser.add_argument("--verifier", default="spechub", help="verifier name (default: %(default)s)")
+    parser.add_argument(
+        "--source",
+        help="a draft source beside the tree: lookup, dictionary, datastore or several (see above)",
+    )
+    parser.add_argument(
+        "--retrieve",
+        type=int,
+        nargs=2,
+        default=[1, 8],
+        metavar=("WIDTH", "DEPTH"),
+        help="chains the --source proposes a step, and their length (default: 1 8)",
+    )
+    parser.add_argument("--datastore", default="", help="datastore directory for --source datastore")
     parser.add_argument(
         "--adaptive",
         choices=("none", "grow"),
@@ -100,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mdsd import TreeDecoder
-    from mdsd.hf import load_pair, pair_paths, require_hf
+    from mdsd.drafters import make_source
+    from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
     from mdsd.tree.adaptive import GrowShrink
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.validation import check_device
@@ -119,11 +138,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             "--compare decodes prompts one at a time: give --prompt or --prompts-file, not --batch-file"
         )
+    if not all(x >= 1 for x in args.retrieve):
+        raise ValueError(f"--retrieve takes WIDTH DEPTH, two integers >= 1; got {args.retrieve}")
+    try:
+        source = make_source(args.source, args.datastore) if args.source else None
+    except ValueError as err:
+        raise ValueError(f"--source: {err}") from None
+    alone = args.tree == "none"  # no draft model
+    if alone and args.adaptive != "none":
+        raise ValueError("--adaptive truncates the draft model's tree: give a --tree other than none")
+    needs_draft = not alone or args.compare  # --compare runs HF assisted generation with the draft
     if args.pair:
         if args.target or args.draft:
             raise ValueError("give either --pair or --target and --draft, not both")
         target_path, draft_path = pair_paths(args.pair)
-    elif args.target and args.draft:
+    elif args.target and (args.draft or not needs_draft):
         target_path, draft_path = args.target, args.draft
     else:
         raise ValueError("give --target and --draft (local model directories), or --pair")
@@ -135,9 +164,13 @@ def run(args: argparse.Namespace) -> int:
         )
     prompts = _prompts(args)
     _check_memory(args, prompts, target_path, draft_path, dtype, device)
-    tree = parse_tree(args.tree)
+    tree = None if alone else parse_tree(args.tree)
     require_hf("mdsd decode")
-    target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
+    if needs_draft:
+        target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
+    else:
+        target, draft = load_model(target_path, args.dtype, args.device), None
+        tokenizer = load_tokenizer(target_path)
     depth = GrowShrink() if args.adaptive == "grow" else None
     encoded = []
     for i, prompt in enumerate(prompts):
@@ -149,11 +182,23 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         from mdsd.hf.comparison import TreeMethod
 
-        mdsd_method = TreeMethod(tree, args.verifier, depth, label=args.tree, compile=path)
+        mdsd_method = TreeMethod(
+            tree, args.verifier, depth, mdsd_label(args), source, tuple(args.retrieve), compile=path
+        )
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
     else:
-        decoder = TreeDecoder(target, draft, tree, args.verifier, args.temperature, depth=depth, compile=path)
+        decoder = TreeDecoder(
+            target,
+            None if alone else draft,
+            tree,
+            args.verifier,
+            args.temperature,
+            depth=depth,
+            source=source,
+            retrieve=tuple(args.retrieve),
+            compile=path,
+        )
         generator = torch.Generator(device=args.device).manual_seed(args.seed)
         if args.batch_file:
             outs = decoder.generate_batch(encoded, args.max_new_tokens, generator)
@@ -183,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         steps = max(out.steps for out in outs)  # one target forward per step serves the whole batch
     where = ", ".join(f"{p} {t:.2f} s" for p, t in phases.items() if p != "total")
     print(
-        f"{len(prompts)} prompt(s), {args.verifier}, {args.tree}: {tokens} tokens from {steps} target "
+        f"{len(prompts)} prompt(s), {args.verifier}, {mdsd_label(args)}: {tokens} tokens from {steps} target "
         f"forwards = {tokens / steps:.3f} tokens per target forward; {tokens / seconds:.2f} tokens/s"
         + (f" ({where})" if where else "")
     )
@@ -199,17 +244,26 @@ def run(args: argparse.Namespace) -> int:
 def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None:
     """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
     models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
-    from mdsd.tree.memory import check_memory, decode_memory
+    from mdsd.tree.memory import TreeShape, check_memory, decode_memory
     from mdsd.tree.spec import tree_shape
 
-    files = [Path(p) / "config.json" for p in (target_path, draft_path)]
+    files = [Path(p) / "config.json" for p in (target_path, draft_path) if p]
     if not all(f.is_file() for f in files):
         return  # load_pair names the missing model directory
     configs = [json.loads(f.read_text()) for f in files]
     batch = len(prompts) if args.batch_file else 1
     longest = max(len(p.encode()) for p in prompts) + 1
-    need = decode_memory(configs, tree_shape(args.tree), batch, longest, args.max_new_tokens, dtype)
+    shape = TreeShape.of_plan(None) if args.tree == "none" else tree_shape(args.tree)
+    if args.source:  # the retrieved chains: WIDTH · DEPTH more nodes, all in the target's forward
+        extra = args.retrieve[0] * args.retrieve[1]
+        shape = TreeShape(shape.nodes + extra, shape.forward + extra, shape.expanded)
+    need = decode_memory(configs, shape, batch, longest, args.max_new_tokens, dtype)
     check_memory(need, device, f"--tree {args.tree}")
+
+
+def mdsd_label(args) -> str:
+    """The decode's tree and source as the summary names them (``binary:3``, ``none+lookup``)."""
+    return args.tree + (f"+{args.source} {args.retrieve[0]}x{args.retrieve[1]}" if args.source else "")
 
 
 def _compare(args, mdsd_method, encoded, target, draft):

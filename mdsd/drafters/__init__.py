@@ -7,12 +7,15 @@ Each source implements the :class:`Source` protocol (``propose(context, width, d
 * :class:`Datastore`: longest suffix match in a suffix-array index of a corpus (REST; SSSD).
 * :class:`Dictionary`: SPECTRA-CORE's forward/backward n-gram dictionaries, learnt online.
 * :class:`Priority`: several sources in priority order (SPECTRA: internal first, retrieval fills up).
+
+:func:`make_source` builds them from their names (``lookup``, ``datastore``, ``dictionary``, joined by ``,``),
+as ``mdsd decode --source`` and the experiments' ``+SOURCE`` methods spell them.
 """
 
 from mdsd.drafters.base import Continuation, Source, rank_continuations
 from mdsd.drafters.datastore import SEPARATOR, Datastore, encode_text
 from mdsd.drafters.dictionary import Dictionary, NGramTables
-from mdsd.drafters.priority import Priority
+from mdsd.drafters.priority import SOURCE_NAMES, Priority, make_source
 from mdsd.drafters.prompt_lookup import PromptLookup
 from mdsd.drafters.suffix_array import suffix_array, suffix_range
 
@@ -27,6 +30,8 @@ __all__ = [
     "Dictionary",
     "NGramTables",
     "Priority",
+    "SOURCE_NAMES",
+    "make_source",
     "suffix_array",
     "suffix_range",
 ]

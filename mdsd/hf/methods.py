@@ -109,9 +109,10 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
     return np.clip(np.diff(alphas), 0.0, 1.0).tolist()
 
 
-def make_method(spec: str, temperature: float, config: MethodsConfig, tokenizer=None):
+def make_method(spec: str, temperature: float, config: MethodsConfig):
     """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
     import mdsd
+    from mdsd.drafters import make_source
     from mdsd.hf.comparison import HFAssisted, TreeMethod
     from mdsd.tree.adaptive import ExpectedRate, GrowShrink
     from mdsd.tree.spec import compile_option, parse_tree
@@ -142,7 +143,7 @@ def make_method(spec: str, temperature: float, config: MethodsConfig, tokenizer=
             depth = _rate_policy(tree, config, ExpectedRate)
         else:
             raise ValueError(f"method {spec!r}: the policy must be grow or rate")
-    source = _source(source_spec, config, tokenizer) if source_spec else None
+    source = make_source(source_spec, config.datastore) if source_spec else None
     if isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None:
         a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
@@ -174,34 +175,17 @@ def _rate_policy(tree, config: MethodsConfig, policy):
     return policy(seconds=seconds)
 
 
-def _source(spec: str, config: MethodsConfig, tokenizer):
-    from mdsd.drafters import Datastore, Dictionary, Priority, PromptLookup
-
-    made = []
-    for name in spec.split(","):
-        if name == "lookup":
-            made.append(PromptLookup())
-        elif name == "dictionary":
-            made.append(Dictionary())
-        elif name == "datastore":
-            if not config.datastore:
-                raise ValueError("a +datastore method needs --datastore (mdsd drafters build ... --out DIR)")
-            made.append(Datastore.load(config.datastore))
-        else:
-            raise ValueError(f"source {name!r} must be lookup, datastore or dictionary")
-    return made[0] if len(made) == 1 else Priority(made)
-
-
 def _load(config: MethodsConfig, models: tuple[str, str] | None):
-    """(target, draft, tokenizer): the model pair (loaded once per process), or the quick tiny pair."""
+    """(target, draft): the model pair (loaded once per process), or the quick tiny pair."""
     from mdsd.hf.load import load_pair
     from mdsd.hf.tiny import tiny_pair
     from mdsd.sweep import per_process
 
     if config.quick:
         target, draft = per_process(tiny_pair, config.seed)
-        return target.to(config.device), draft.to(config.device), None
-    return per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+        return target.to(config.device), draft.to(config.device)
+    target, draft, _ = per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+    return target, draft
 
 
 def run_method(
@@ -214,9 +198,9 @@ def run_method(
     from mdsd.hf.comparison import compare
 
     torch.set_num_threads(config.threads)
-    target, draft, tokenizer = _load(config, models)
+    target, draft = _load(config, models)
     t = task["temperature"]
-    method, predicted = make_method(task["method"], t, config, tokenizer)
+    method, predicted = make_method(task["method"], t, config)
     result = compare([method], todo, target, draft, config.max_new_tokens, t, seed=config.seed)
     row = result.records()[0]
     outputs = [run.output for run in result.runs]

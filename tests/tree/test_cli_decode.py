@@ -228,3 +228,76 @@ def test_decode_refuses_a_tree_that_cannot_fit_regression_oom_kill(model_dirs, s
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.count("\n") == 1 and f"--tree {spec} needs about" in done.stderr
     assert "masks" in done.stderr and "more than the" in done.stderr
+
+
+def _greedy_text(out: str) -> list[str]:
+    """The decoded texts of ``mdsd decode``'s output (the line after each ``--- prompt`` header)."""
+    lines = out.splitlines()
+    return [lines[i + 1] for i, line in enumerate(lines) if line.startswith("--- prompt")]
+
+
+@pytest.mark.parametrize("compile", ["false", "none"])
+def test_decode_with_a_source_alone_gives_the_targets_greedy_tokens(model_dirs, tmp_path, capsys, compile):
+    """--tree none: no draft model (the target alone is enough). Without a source that is autoregressive
+    decoding, one token per target forward; with prompt lookup, greedy decoding still gives exactly the
+    target's greedy tokens (the drafts only decide how many a forward yields), and repetitive prompts get
+    more than one token a forward. A dictionary and both sources in priority order give them too."""
+    target, _ = model_dirs
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat on the cat sat on the\na dog ran far and a dog ran far and a\n")
+    base = ["decode", "--target", str(target), "--tree", "none", "--temperature", "0", "--compile", compile]
+    base += ["--prompts-file", str(prompts), "--max-new-tokens", "12"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "none: 24 tokens from 24 target forwards = 1.000 tokens per target forward" in out
+    reference = _greedy_text(out)
+    for source in ("lookup", "dictionary", "lookup,dictionary"):
+        assert main([*base, "--source", source, "--retrieve", "2", "4"]) == 0
+        out = capsys.readouterr().out
+        assert _greedy_text(out) == reference, source
+        assert f"none+{source} 2x4: 24 tokens from" in out
+    forwards = int(out.split("24 tokens from ")[1].split(" target")[0])
+    assert forwards < 24  # prompt lookup's chains were accepted
+
+
+def test_decode_with_a_source_beside_a_tree(model_dirs, capsys):
+    target, draft = model_dirs
+    args = [
+        "decode",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--tree",
+        "chain:2",
+        "--verifier",
+        "single",
+    ]
+    args += [
+        "--source",
+        "lookup",
+        "--temperature",
+        "0.6",
+        "--prompt",
+        "the cat the cat the",
+        "--max-new-tokens",
+        "6",
+    ]
+    assert main(args) == 0
+    assert "1 prompt(s), single, chain:2+lookup 1x8: 6 tokens from" in capsys.readouterr().out
+
+
+def test_decode_refuses_bad_source_options_by_name(model_dirs, tmp_path, capsys):
+    target, draft = model_dirs
+    base = ["decode", "--target", str(target), "--prompt", "the cat", "--tree", "none"]
+    for extra, says in (
+        (["--source", "web"], "--source: source 'web' must be one of lookup, datastore, dictionary"),
+        (["--source", "datastore"], "--source: source datastore needs a datastore directory"),
+        (["--source", "lookup", "--retrieve", "0", "8"], "--retrieve takes WIDTH DEPTH, two integers >= 1"),
+        (["--adaptive", "grow"], "--adaptive truncates the draft model's tree"),
+        (["--compare"], "give --target and --draft"),  # HF assisted generation needs the draft
+    ):
+        assert main([*base, *extra]) == 2, extra
+        assert says in capsys.readouterr().err, extra
+    assert main(["decode", "--target", str(target), "--prompt", "x", "--tree", "chain:2"]) == 2
+    assert "give --target and --draft" in capsys.readouterr().err  # a model tree needs its draft
