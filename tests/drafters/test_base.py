@@ -1,4 +1,4 @@
-"""The shared ranking rule and the request checks, against a plain-Python reference."""
+"""The shared ranking rule and the request checks, against a plain-Python reference; sources by name."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mdsd.drafters import (
     Priority,
     PromptLookup,
     Source,
+    make_source,
     rank_continuations,
 )
 from mdsd.drafters.base import PAD, as_context, check_request
@@ -80,3 +81,21 @@ def test_priority_fills_the_width_in_source_order():
     assert learner.tables.backward == {(1,): 2}, "observe reaches every source"
     with pytest.raises(ValueError, match="sources must not be empty"):
         Priority([])
+
+
+def test_make_source_builds_each_named_source_fresh(tmp_path):
+    folder = Datastore.build([1, 2, 5, 1, 2, 6]).save(tmp_path / "ds")
+    assert isinstance(make_source("lookup"), PromptLookup) and isinstance(
+        make_source("dictionary"), Dictionary
+    )
+    both = make_source("lookup,datastore", folder)
+    assert isinstance(both, Priority) and [type(s) for s in both.sources] == [PromptLookup, Datastore]
+    assert [c.tokens for c in both.propose([1, 2, 7, 1, 2], width=3, depth=1)] == [(7,), (5,), (6,)]
+    assert make_source("dictionary") is not make_source("dictionary")  # a learning source is never shared
+    for spec, says in (
+        ("", "must name one of"),
+        ("lookup,web", "'web' must be one of"),
+        ("datastore", "needs"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            make_source(spec)
