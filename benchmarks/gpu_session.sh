@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The fast path's measurements for one short GPU session, in order of value, each under its own time limit
+# (benchmarks/gpu_fast.py's sections; a cut section keeps the rows it finished). Run on the device machine
+# from the repository root, with the highspy cp312 wheel carried in .whl/, as two calls of under 10 minutes:
+#
+#   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, profiles, lookup  -> $OUT/gpu_fast.json
+#   bash benchmarks/gpu_session.sh 2    # fused forwards, fused steps, law and syncs, the optimal verifier
+#
+# Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
+# gpu_fast_checks.json, optimal_cuda.json (part 2) and the profiles profile_{target,draft}_static.json.
+set -u
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-/tmp/gpu_out}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH=$PWD:/tmp/site
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+case "${1:-1}" in
+1)
+    timeout 540 python3 benchmarks/gpu_fast.py env forwards decode hf profiles lookup
+    ;;
+2)
+    GPU_FAST_RESULT=gpu_fast_fused.json timeout 200 python3 benchmarks/gpu_fast.py env fused_forwards
+    GPU_FAST_RESULT=gpu_fast_steps.json timeout 170 python3 benchmarks/gpu_fast.py env fused
+    GPU_FAST_RESULT=gpu_fast_checks.json timeout 60 python3 benchmarks/gpu_fast.py syncs law
+    timeout 100 python3 benchmarks/bench_optimal.py --device cuda --batches 1,1024 --inductor 1,1024 \
+        --name optimal_cuda --out-dir "$OUT"
+    ;;
+*)
+    echo "usage: bash benchmarks/gpu_session.sh 1|2" >&2
+    exit 2
+    ;;
+esac
+ls -la "$OUT"
