@@ -48,7 +48,9 @@ def add_parser(subparsers) -> None:
     models.add_argument("--draft", help="local Hugging Face directory of the draft model")
     models.add_argument("--pair", help="a known pair fetched with `mdsd models fetch` (e.g. qwen2.5-coder)")
     parser.add_argument("--tree", default="binary:3", help="tree (see above) (default: %(default)s)")
-    parser.add_argument("--verifier", default="spechub", help="verifier name (default: %(default)s)")
+    parser.add_argument(
+        "--verifier", default="spechub", help="verifier name; unused with --tree none (default: %(default)s)"
+    )
     parser.add_argument(
         "--source",
         help="a draft source beside the tree: lookup, dictionary, datastore or several (see above)",
@@ -183,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         from mdsd.hf.comparison import TreeMethod
 
         mdsd_method = TreeMethod(
-            tree, args.verifier, depth, mdsd_label(args), source, tuple(args.retrieve), compile=path
+            tree, args.verifier, depth, tree_label(args), source, tuple(args.retrieve), compile=path
         )
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
@@ -227,8 +229,10 @@ def run(args: argparse.Namespace) -> int:
         phases = dict(outs[0].timings)
         steps = max(out.steps for out in outs)  # one target forward per step serves the whole batch
     where = ", ".join(f"{p} {t:.2f} s" for p, t in phases.items() if p != "total")
+    # without a model tree no verifier is used: a source's chains alone are verified by the deterministic rule
+    verifier = f"{args.verifier}, " if tree is not None else ""
     print(
-        f"{len(prompts)} prompt(s), {args.verifier}, {mdsd_label(args)}: {tokens} tokens from {steps} target "
+        f"{len(prompts)} prompt(s), {verifier}{tree_label(args)}: {tokens} tokens from {steps} target "
         f"forwards = {tokens / steps:.3f} tokens per target forward; {tokens / seconds:.2f} tokens/s"
         + (f" ({where})" if where else "")
     )
@@ -261,8 +265,8 @@ def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None
     check_memory(need, device, f"--tree {args.tree}")
 
 
-def mdsd_label(args) -> str:
-    """The decode's tree and source as the summary names them (``binary:3``, ``none+lookup``)."""
+def tree_label(args) -> str:
+    """The decode's tree and source as the summary names them (``binary:3``, ``none+lookup 1x8``)."""
     return args.tree + (f"+{args.source} {args.retrieve[0]}x{args.retrieve[1]}" if args.source else "")
 
 

@@ -249,13 +249,13 @@ def test_decode_with_a_source_alone_gives_the_targets_greedy_tokens(model_dirs, 
     base += ["--prompts-file", str(prompts), "--max-new-tokens", "12"]
     assert main(base) == 0
     out = capsys.readouterr().out
-    assert "none: 24 tokens from 24 target forwards = 1.000 tokens per target forward" in out
+    assert "2 prompt(s), none: 24 tokens from 24 target forwards = 1.000 tokens per target forward" in out
     reference = _greedy_text(out)
     for source in ("lookup", "dictionary", "lookup,dictionary"):
         assert main([*base, "--source", source, "--retrieve", "2", "4"]) == 0
         out = capsys.readouterr().out
         assert _greedy_text(out) == reference, source
-        assert f"none+{source} 2x4: 24 tokens from" in out
+        assert f"2 prompt(s), none+{source} 2x4: 24 tokens from" in out  # no verifier named: none is used
     forwards = int(out.split("24 tokens from ")[1].split(" target")[0])
     assert forwards < 24  # prompt lookup's chains were accepted
 
