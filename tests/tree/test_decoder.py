@@ -278,6 +278,33 @@ def test_greedy_with_training_free_sources_equals_target_generate(with_model):
     assert sum(sum(o.retrieved_per_step) for o in outs) > 0
 
 
+@pytest.mark.parametrize("path", [False, "none"], ids=["eager", "fast"])
+def test_a_source_alone_samples_the_same_tokens_whatever_the_verifier(path):
+    """Without a model tree the source's chains are deterministic drafts, verified by one rule whatever the
+    verifier's name (mdsd decode --tree none names none): sampled tokens equal under one seed."""
+    from mdsd.drafters import PromptLookup
+
+    target = tiny_lm(0, vocab=12)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]
+    decodes = []
+    for name in ("spechub", "rrs", "topk", "single", "optimal"):
+        dec = TreeDecoder(
+            target,
+            None,
+            None,
+            name,
+            0.8,
+            eos_token_id=[],
+            source=PromptLookup(),
+            retrieve=(2, 4),
+            compile=path,
+        )
+        outs = dec.generate_batch(prompts, 20, torch.Generator().manual_seed(3))
+        decodes.append([(o.tokens.tolist(), o.accepted_per_step) for o in outs])
+    assert all(d == decodes[0] for d in decodes)
+    assert sum(sum(a) for _, a in decodes[0]) > 0  # chains were accepted: the rule was exercised
+
+
 def test_decoding_passes_the_cache_under_the_name_transformers_takes(caplog):
     """Regression (transformers 5.24 deprecated ``past_key_values`` for ``cache``, to be removed in 5.40):
     a decode triggers no deprecation warning, through the warnings module or transformers' logger."""
