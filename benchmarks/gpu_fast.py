@@ -27,7 +27,7 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
              compiled and captured too)
   hf         Hugging Face generate (default cache, and cache_implementation="static", which compiles)
 
-    OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]
+    OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]   # in the order given
     python3 benchmarks/gpu_fast.py --small     # tiny shapes on the CPU: checks the script itself
 
 Each section runs in a process of its own (``--one-process``: all in this one), so that a device-side
@@ -529,13 +529,16 @@ PLAN = [
 ]
 
 if __name__ == "__main__":
-    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    sections = dict(PLAN)
+    named = [a for a in sys.argv[1:] if not a.startswith("--")]  # run in the order given (default: PLAN's)
+    unknown = [name for name in named if name not in sections]
+    if unknown:
+        sys.exit(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(sections)}")
     child = os.environ.get("GPU_FAST_CHILD") == "1" or "--one-process" in sys.argv
-    for name, fn in PLAN:
-        if not only or name in only:
-            if child:
-                section(name, fn)
-            else:
-                isolated(name)
+    for name in named or list(sections):
+        if child:
+            section(name, sections[name])
+        else:
+            isolated(name)
     log("all done")
     print(json.dumps(RES["_times"]))

@@ -3,7 +3,7 @@
 # (benchmarks/gpu_fast.py's sections; a cut section keeps the rows it finished). Run on the device machine
 # from the repository root, with the highspy cp312 wheel carried in .whl/, as two calls of under 10 minutes:
 #
-#   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, profiles, lookup  -> $OUT/gpu_fast.json
+#   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, lookup, profiles  -> $OUT/gpu_fast.json
 #   bash benchmarks/gpu_session.sh 2    # fused forwards, fused steps, law and syncs, the optimal verifier
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
@@ -17,7 +17,7 @@ export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 case "${1:-1}" in
 1)
-    timeout 540 python3 benchmarks/gpu_fast.py env forwards decode hf profiles lookup
+    timeout 540 python3 benchmarks/gpu_fast.py env forwards decode hf lookup profiles
     ;;
 2)
     GPU_FAST_RESULT=gpu_fast_fused.json timeout 200 python3 benchmarks/gpu_fast.py env fused_forwards
