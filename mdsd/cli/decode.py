@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         decoder = TreeDecoder(
             target,
-            None if alone else draft,
+            draft,  # None with --tree none: only the target was loaded
             tree,
             args.verifier,
             args.temperature,
@@ -258,9 +258,8 @@ def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None
     batch = len(prompts) if args.batch_file else 1
     longest = max(len(p.encode()) for p in prompts) + 1
     shape = TreeShape.of_plan(None) if args.tree == "none" else tree_shape(args.tree)
-    if args.source:  # the retrieved chains: WIDTH · DEPTH more nodes, all in the target's forward
-        extra = args.retrieve[0] * args.retrieve[1]
-        shape = TreeShape(shape.nodes + extra, shape.forward + extra, shape.expanded)
+    if args.source:
+        shape = shape.with_retrieval(*args.retrieve)
     need = decode_memory(configs, shape, batch, longest, args.max_new_tokens, dtype)
     check_memory(need, device, f"--tree {args.tree}")
 

@@ -85,6 +85,19 @@ class TreeShape:
             return cls.of_plan(tree.plan())
         return cls(tree.size, tree.size + 1, int((tree.branching > 0).sum()))
 
+    def with_retrieval(self, width: int, depth: int) -> TreeShape:
+        """The counts once ``width`` retrieved chains of ``depth`` tokens hang below the root
+        (:func:`mdsd.tree.plan.with_retrieval`), as :meth:`of_plan` counts that plan: every retrieved node is
+        drafted and forwarded; the root and every chain node but a chain's last one expand.
+
+        >>> TreeShape.of_plan(None).with_retrieval(1, 8)
+        TreeShape(nodes=8, forward=9, expanded=8)
+        """
+        extra = width * depth
+        return TreeShape(
+            self.nodes + extra, self.forward + extra, max(self.expanded, 1) + width * (depth - 1)
+        )
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:

@@ -225,16 +225,17 @@ def verify_paths(
 
 def _rows_at(x: torch.Tensor, plan, group, at: torch.Tensor) -> torch.Tensor:
     """x [B, F, V] at the forward positions ``at`` [B, M] of a group's nodes: a view of x where the nodes
-    are fixed and consecutive and every node is forwarded in node order (a static tree), else a gather."""
+    are fixed and consecutive and every node is forwarded in node order (a static tree), else a copy of
+    those rows (:func:`_rows`)."""
     if plan.forward is None and group.first is not None:
         return x[:, group.first : group.first + group.size]
     return _rows(x, at.clamp(min=0))
 
 
 def _rows(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """``x[b, at[b, m]]`` for x [B, F, V] and ``at`` [B, M] in [0, F): [B, M, V]. Whole rows, copied by one
-    ``index_select`` of x's rows (a gather with an index expanded over V reads an index per entry: 3–10×
-    slower on a CPU)."""
+    """``x[b, at[b, m]]`` for x [B, F, V] (contiguous, as logits and their softmax are: the reshape is then a
+    view) and ``at`` [B, M] in [0, F): [B, M, V]. Whole rows, copied by one ``index_select`` of x's rows (a
+    gather with an index expanded over V reads an index per entry: 3–10× slower on a CPU)."""
     B, F, V = x.shape
     flat = at + torch.arange(0, B * F, F, device=x.device)[:, None]  # [B, M] rows of x.reshape(B * F, V)
     return x.reshape(B * F, V).index_select(0, flat.reshape(-1)).view(*at.shape, V)

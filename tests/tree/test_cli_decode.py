@@ -262,27 +262,9 @@ def test_decode_with_a_source_alone_gives_the_targets_greedy_tokens(model_dirs, 
 
 def test_decode_with_a_source_beside_a_tree(model_dirs, capsys):
     target, draft = model_dirs
-    args = [
-        "decode",
-        "--target",
-        str(target),
-        "--draft",
-        str(draft),
-        "--tree",
-        "chain:2",
-        "--verifier",
-        "single",
-    ]
-    args += [
-        "--source",
-        "lookup",
-        "--temperature",
-        "0.6",
-        "--prompt",
-        "the cat the cat the",
-        "--max-new-tokens",
-        "6",
-    ]
+    base = ["decode", "--target", str(target), "--draft", str(draft), "--temperature", "0.6"]
+    args = [*base, "--tree", "chain:2", "--verifier", "single", "--source", "lookup"]
+    args += ["--prompt", "the cat the cat the", "--max-new-tokens", "6"]
     assert main(args) == 0
     assert "1 prompt(s), single, chain:2+lookup 1x8: 6 tokens from" in capsys.readouterr().out
 

@@ -22,6 +22,16 @@ def test_a_dynamic_tree_is_counted_from_its_plan():
     assert TreeShape.of_tree(DynamicTree(3, 2, 2, 5)) == TreeShape(plan.num_nodes - 1, 6, 5)
 
 
+@pytest.mark.parametrize("tree", [None, Tree.chain(3), Tree.kary([2, 2]), DynamicTree(3, 2, 2, 5)], ids=str)
+@pytest.mark.parametrize("width, depth", [(1, 1), (1, 8), (2, 4), (3, 2)])
+def test_retrieved_chains_are_counted_as_the_plan_counts_them(tree, width, depth):
+    from mdsd.tree.plan import with_retrieval
+
+    plan = None if tree is None else tree.plan() if isinstance(tree, DynamicTree) else static_plan(tree)
+    shape = TreeShape.of_plan(None) if tree is None else TreeShape.of_tree(tree)
+    assert shape.with_retrieval(width, depth) == TreeShape.of_plan(with_retrieval(plan, width, depth))
+
+
 def test_the_estimate_follows_its_formula():
     """One row, a binary tree of depth 2 (N = 6, F = 7, E = 3), P = 10, T = 10, float32 (module docstring)."""
     config = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32}
