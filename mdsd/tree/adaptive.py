@@ -2,7 +2,9 @@
 
 A policy sees, per row, the depth it drafted and the drafts accepted at the last step, and returns the
 depth of the next step (1 ≤ depth ≤ the tree's depth); the decoder drafts the tree truncated at that depth.
-The choice uses only what earlier steps emitted, never the current step's drafts, so it cannot bias the
+A policy that reads a draft source's proposals may then lower the step's depths to 0 (no model drafting:
+the source's chains alone) once the source has proposed. Either choice uses only what earlier steps emitted
+(a source proposes from the emitted context), never the current step's drafts, so it cannot bias the
 output: every node's children are still drawn by its verifier's law (docs/mathematics.md §4).
 
 * :class:`GrowShrink` — Hugging Face's assisted-generation heuristic: grow by 2 after a step that accepted
@@ -12,20 +14,25 @@ output: every node's children are still drawn by its verifier's law (docs/mathem
   tree truncated at depth L follow (docs/mathematics.md §4, Sequoia's F with one acceptance per level), and
   the step time comes from a cost model ``seconds(depth)`` (e.g. :func:`mdsd.depth_seconds` of measured
   profiles).
+* :class:`SourceFirst` — the model drafts only in the steps where the source falls short: the source's
+  chains alone (depth 0) when every row's source proposed, the whole tree beside them otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["DepthPolicy", "GrowShrink", "ExpectedRate"]
+__all__ = ["DepthPolicy", "GrowShrink", "ExpectedRate", "SourceFirst"]
 
 
 class DepthPolicy:
     """Chooses the next draft depth of every row from its last depth and accepted count."""
+
+    reads_proposals: ClassVar[bool] = False  # whether :meth:`given_proposals` needs a source's proposals
 
     def start(self, rows: int, max_depth: int) -> np.ndarray:
         """Depths [rows] of the first step."""
@@ -37,6 +44,11 @@ class DepthPolicy:
 
     def keep(self, rows: np.ndarray) -> None:  # noqa: B027 (a stateless policy keeps nothing)
         """Rows ``rows`` (indices into the current batch) stay; the others left the batch."""
+
+    def given_proposals(self, depth: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+        """This step's depths [rows] once the source has proposed: ``proposed`` [rows] is the longest chain
+        each row's source proposed (0: none). Only a policy that ``reads_proposals`` changes ``depth``."""
+        return depth
 
 
 @dataclass
@@ -110,3 +122,37 @@ class ExpectedRate(DepthPolicy):
         tokens = 1.0 + np.cumsum(np.cumprod(rate, axis=1), axis=1)  # E[tokens | L], L = 1..max_depth
         cost = np.array([self.seconds(L) for L in range(1, max_depth + 1)])
         return 1 + np.argmax(tokens / cost, axis=1)
+
+
+@dataclass
+class SourceFirst(DepthPolicy):
+    """The draft model drafts only where the source falls short.
+
+    A step drafts depth 0 (the source's chains alone, verified deterministically) when every row's source
+    proposed a chain of at least ``min_tokens`` tokens, and the whole tree beside the chains otherwise. The
+    choice is the batch's, not each row's: a step that drafts with the model runs its draft forwards for
+    every row anyway, and the model's children only add to a row's chances. A depth-0 step still runs one
+    draft forward, over the tokens the draft has not read yet, so that its cache stays one step behind.
+
+    >>> policy = SourceFirst()
+    >>> policy.given_proposals(policy.start(2, max_depth=4), np.array([8, 3])).tolist()
+    [0, 0]
+    >>> policy.given_proposals(policy.start(2, max_depth=4), np.array([8, 0])).tolist()
+    [4, 4]
+    """
+
+    min_tokens: int = 1
+    reads_proposals: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 1:
+            raise ValueError(f"min_tokens must be an integer >= 1, got {self.min_tokens!r}")
+
+    def start(self, rows, max_depth):
+        return np.full(rows, max_depth, dtype=np.int64)
+
+    def update(self, depth, accepted, max_depth):
+        return np.full(depth.shape, max_depth, dtype=np.int64)
+
+    def given_proposals(self, depth, proposed):
+        return np.zeros_like(depth) if bool((proposed >= self.min_tokens).all()) else depth

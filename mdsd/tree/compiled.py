@@ -10,13 +10,17 @@ CUDA graph per batch size):
   compacted by an in-place gather.
 * **Fixed shapes per plan.** The first step reads the prompts (eagerly, as the eager path does); every
   later step has the same shapes: the target reads one token per row, the draft a block of depth + 1
-  (left-padded). Finished rows stay in the batch as masked rows (their caches no longer
-  advance). A step's random numbers are one buffer of float64 uniforms, refilled by one ``uniform_`` per
-  step and consumed in order (:class:`mdsd.sampling.UniformStream`), so nothing inside the step calls a
-  generator.
-* **A captured step**, one per (plan, batch size), built on the plan's first step (which runs eagerly and
-  learns how many uniforms a step takes) and reused: ``"cudagraph"`` captures the whole step — draft
-  levels, target forward, verification, walk and cache compaction — in one CUDA graph of its eager kernels;
+  (left-padded). Under a policy that may draft a source's chains alone
+  (:class:`mdsd.tree.adaptive.SourceFirst`), such a step runs no draft forward and the draft's pending
+  tokens pile up, to at most :attr:`FastPath.LAG` blocks: the next step that drafts reads them all (a
+  second shape), and a chains-only step that would overflow the buffer reads them instead. Finished rows
+  stay in the batch as masked rows (their caches no longer advance). A step's random numbers are one
+  buffer of float64 uniforms, refilled by one ``uniform_`` per step and consumed in order
+  (:class:`mdsd.sampling.UniformStream`), so nothing inside the step calls a generator.
+* **A captured step**, one per (plan, batch size, draft block), built on the plan's first step (which runs
+  eagerly and learns how many uniforms a step takes) and reused: ``"cudagraph"`` captures the whole step —
+  draft levels, target forward, verification, walk and cache compaction — in one CUDA graph of its eager
+  kernels;
   ``"inductor-cudagraph"`` compiles it with inductor first (its elementwise chains over [B, nodes, V]
   fused into fewer passes), runs the compiled step once, then captures that in one CUDA graph (vLLM's
   arrangement: torch.compile, then its own graphs); a ``torch.compile`` backend (``"inductor"``,
@@ -104,6 +108,11 @@ def _check_verifiers(decoder) -> None:
 class FastPath:
     """The fast path of one :class:`mdsd.TreeDecoder` with step backend ``backend``."""
 
+    # Pending blocks of depth + 1 the draft's buffer holds: chains-only steps (SourceFirst) leave the draft's
+    # tokens to the next drafting step, which reads up to LAG blocks in one forward (launch-bound on a GPU:
+    # about the cost of one block) instead of one forward per chains-only step.
+    LAG = 4
+
     # The batch from which a source's device table replaces its per-row host lookup on an accelerator. The
     # host spends 30-60 µs a row (benchmarks/bench_lookup.py), during which the device waits for the step;
     # the table is about 290 calls in the step (depth 8; benchmarks/bench_passes.py), about 0.5 ms replayed
@@ -118,8 +127,8 @@ class FastPath:
         _check_verifiers(decoder)
         self.decoder, self.backend = decoder, backend
         self._state: _State | None = None
-        # (plan depth, limited) -> (the captured step, its uniforms buffer, its draft forwards)
-        self._steps: dict[tuple[int, bool], tuple] = {}
+        # (plan depth, limited, draft block, catch-up) -> (the captured step, its uniforms, draft forwards)
+        self._steps: dict[tuple[int, bool, int, bool], tuple] = {}
         self._pool = None
 
     # -- one decode ---------------------------------------------------------------------------------------
@@ -138,19 +147,25 @@ class FastPath:
         fork = getattr(dec.source, "fork", None)
         sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
         prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
+        lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
         while active.any():
             step_start = time.perf_counter()
+            if on_host:
+                contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
+                retrieved, proposed = dec._retrieve(sources, contexts, dev)
+                state.retrieved.copy_(retrieved)
+                if policy is not None:
+                    depths[active] = policy.given_proposals(depths[active], proposed[active])
             depth = int(depths[active].max())
             limited = policy is not None and bool((depths[active] < depth).any())
             if limited:
                 state.limit.copy_(torch.from_numpy(depths), non_blocking=True)
-            if on_host:
-                contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
-                state.retrieved.copy_(dec._retrieve(sources, contexts, dev))
             state.active.copy_(torch.from_numpy(active), non_blocking=True)
-            packed, forwards = self._run(state, depth, limited, generator, prompts)
+            block = self._block(depth, int(lagging[active].max()), prompts is not None)
+            packed, forwards = self._run(state, depth, limited, block, generator, prompts)
             prompts = None
             summary = Summary.read(packed)  # the step's one synchronisation
+            lagging = summary.draft_pending
             rows = np.flatnonzero(active)
             mine = summary.rows(rows)
             elapsed = time.perf_counter() - step_start
@@ -169,7 +184,7 @@ class FastPath:
         dec = self.decoder
         B, longest = len(rows_in), max(len(r) for r in rows_in)
         full = dec._plan(dec._depth_of(dec.tree))
-        width = full.max_depth + 1  # the draft's pending block
+        width = self.block_widths()[-1]  # the draft's pending buffer
         region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
         capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
         tables = self.proposes_inside(dev, B)
@@ -220,7 +235,8 @@ class FastPath:
         ``rows`` rows on ``device``: the decoder's ``propose_inside`` if set, else on an accelerator from
         :attr:`TABLE_ROWS` rows on (on the CPU the host is the device, and numpy's lookup row by row costs
         less than the table there)."""
-        if not has_table(self.decoder.source):
+        policy = self.decoder.depth_policy
+        if not has_table(self.decoder.source) or (policy is not None and policy.reads_proposals):
             return False
         if self.decoder.propose_inside is not None:
             return self.decoder.propose_inside
@@ -228,33 +244,70 @@ class FastPath:
 
     # -- the step -----------------------------------------------------------------------------------------
 
+    def block_widths(self) -> tuple[int, int]:
+        """(one pending block, the whole buffer) of the draft: depth + 1 of the decoder's plan, and
+        :attr:`LAG` blocks where its depth policy may draft a source's chains alone (else one)."""
+        dec = self.decoder
+        one = dec._plan(dec._depth_of(dec.tree)).max_depth + 1
+        policy = dec.depth_policy
+        lags = dec.draft is not None and policy is not None and policy.reads_proposals
+        return one, one * (self.LAG if lags else 1)
+
+    def _block(self, depth: int, lagging: int, first: bool) -> tuple[int, bool]:
+        """(the width of the draft's block the step reads, whether it reads it where its plan draws no
+        children) for a step of the plan of ``depth`` whose rows' draft blocks hold up to ``lagging`` real
+        tokens: a chains-only step leaves the block to a later step while the buffer has room for its
+        tokens; a step that reads reads one block where the tokens fit, the whole buffer otherwise."""
+        one, whole = self.block_widths()
+        chains_only = self.decoder.draft is not None and depth == 0
+        if chains_only and not first and lagging <= whole - one:
+            return whole - one, False
+        return (one if lagging <= one else whole), chains_only
+
     def _run(
-        self, state: _State, depth: int, limited: bool, generator, prompts: Pending | None
+        self,
+        state: _State,
+        depth: int,
+        limited: bool,
+        block: tuple[int, bool],
+        generator,
+        prompts: Pending | None,
     ) -> tuple[torch.Tensor, int]:
-        """One step with the plan of ``depth``: the packed summary and the draft forwards it ran. The first
-        step of a decode (``prompts``: it reads them) and the first step of each plan run eagerly; the
-        latter learns how many uniforms the plan's step takes, then the step is captured for later ones."""
-        key = (depth, limited)
+        """One step with the plan of ``depth`` reading the draft's ``block`` (:meth:`_block`): the packed
+        summary and the draft forwards it ran. The first step of a decode (``prompts``: it reads them) and
+        the first step of each kind run eagerly; the latter learns how many uniforms the step takes, then
+        the step is captured for later ones."""
+        key = (depth, limited, *block)
         if prompts is not None or key not in self._steps:
             counter = UniformStream(generator=generator)
-            packed, forwards = self._step(state, self.decoder._plan(depth), limited, counter, prompts)
+            plan = self.decoder._plan(depth)
+            packed, forwards = self._step(state, plan, limited, block, counter, prompts)
             if key not in self._steps:
                 uniforms = torch.zeros(counter.used, dtype=torch.float64, device=packed.device)
-                self._steps[key] = (self._capture(state, depth, limited, uniforms), uniforms, forwards)
+                self._steps[key] = (self._capture(state, depth, limited, block, uniforms), uniforms, forwards)
             return packed, forwards
         step, uniforms, forwards = self._steps[key]
         uniforms.uniform_(generator=generator)
         return step(), forwards
 
     def _step(
-        self, state: _State, plan: Plan, limited: bool, stream: UniformStream, prompts: Pending | None = None
+        self,
+        state: _State,
+        plan: Plan,
+        limited: bool,
+        block: tuple[int, bool],
+        stream: UniformStream,
+        prompts: Pending | None = None,
     ) -> tuple[torch.Tensor, int]:
         """The step itself (traced by the backends): decode, then commit both caches and write what the
         models read next into the state, in place. Returns the packed summary and the draft forwards.
-        ``prompts``: the first step, which reads them (both models) instead of the state's tokens."""
+        ``block``: the width of the draft's block it reads (the buffer's last columns) and whether it
+        catches up; ``prompts``: the first step, which reads them (both models) instead of the state's
+        tokens."""
         dec = self.decoder
+        width, catch_up = block
         target_pending = Pending(state.target_ids, torch.ones_like(state.target_ids, dtype=torch.bool))
-        draft_pending = Pending(state.draft_ids, state.draft_real)
+        draft_pending = Pending(state.draft_ids[:, -width:], state.draft_real[:, -width:])
         if prompts is not None:
             target_pending = draft_pending = prompts
         if state.context is not None:  # the source's proposals, made on the device from the rows' contexts
@@ -269,6 +322,7 @@ class FastPath:
             stream,
             state.limit if limited else None,
             state.retrieved,
+            catch_up=catch_up,
         )
         active = state.active.long()
         if state.context is not None:
@@ -282,13 +336,15 @@ class FastPath:
         state.draft_real.copy_(torch.nn.functional.pad(out.draft_next.real, (width, 0)))
         return out.packed(bad), forwards
 
-    def _capture(self, state: _State, depth: int, limited: bool, uniforms: torch.Tensor):
-        """The step of the plan of ``depth`` as a callable of no arguments returning the packed summary,
-        reading its random numbers from ``uniforms``."""
+    def _capture(
+        self, state: _State, depth: int, limited: bool, block: tuple[int, bool], uniforms: torch.Tensor
+    ):
+        """The step of the plan of ``depth`` reading the draft's ``block`` as a callable of no arguments
+        returning the packed summary, reading its random numbers from ``uniforms``."""
         plan = self.decoder._plan(depth)
 
         def step() -> torch.Tensor:
-            return self._step(state, plan, limited, UniformStream(uniforms))[0]
+            return self._step(state, plan, limited, block, UniformStream(uniforms))[0]
 
         self._pool = self._pool if self._pool is not None else graph_pool(self.backend)
         return capture(step, self.backend, self._pool)

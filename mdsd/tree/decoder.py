@@ -145,6 +145,11 @@ class TreeDecoder:
             if len(retrieve) != 2 or not all(isinstance(x, int) and x >= 1 for x in retrieve):
                 raise ValueError(f"retrieve must be (width, depth), two integers >= 1; got {retrieve!r}")
         self.target, self.draft, self.tree = target, draft, None if draft is None else tree
+        if depth is not None and depth.reads_proposals and (source is None or tree is None):
+            raise ValueError(
+                f"depth={type(depth).__name__}() chooses between a source's chains and the draft model's "
+                "tree: give both a source and a tree"
+            )
         self.source, self.retrieve = source, tuple(retrieve)
         self.depth_policy = depth
         self._plans: dict[int, Plan] = {}
@@ -183,6 +188,11 @@ class TreeDecoder:
             raise ValueError(
                 "propose_inside=True needs the fast path (compile) and a source with propose_table (e.g. "
                 f"PromptLookup); got compile={compile!r}, source {type(source).__name__}"
+            )
+        if propose_inside and depth is not None and depth.reads_proposals:
+            raise ValueError(
+                f"propose_inside=True: depth={type(depth).__name__}() reads the proposals on the host before "
+                "each step; leave propose_inside unset"
             )
         self.propose_inside = propose_inside
         self._fast_path = None
@@ -236,15 +246,17 @@ class TreeDecoder:
         while active.size:
             clock = _Clock(dev, timings, profile)
             step_start = time.perf_counter()
+            retrieved = None
+            if self.source is not None:
+                contexts = [rows_in[r] + ledger.emitted(r) for r in active]
+                retrieved, proposed = self._retrieve([sources[r] for r in active], contexts, dev)
+                if depths is not None:
+                    depths = policy.given_proposals(depths, proposed)
             plan, limit = self.plan, None
             if depths is not None:
                 plan = self._plan(int(depths.max()))
                 if depths.min() < depths.max():  # rows differ: expansions below a row's depth are off
                     limit = torch.as_tensor(depths, device=dev)
-            retrieved = None
-            if self.source is not None:
-                contexts = [rows_in[r] + ledger.emitted(r) for r in active]
-                retrieved = self._retrieve([sources[r] for r in active], contexts, dev)
             stream = UniformStream(generator=generator)  # the step's one source of random numbers
             out, bad, forwards = decode_step(
                 t_cache, d_cache, t_pending, d_pending, plan, self.rule, stream, limit, retrieved, clock.lap
@@ -260,7 +272,7 @@ class TreeDecoder:
                 for r in active:
                     sources[r].observe(rows_in[r] + ledger.emitted(r))
             t_cache.commit(out.target_keep[:, : summary.target_kept.max()], out.target_kept)
-            if d_cache is not None:
+            if d_cache is not None and summary.draft_kept.max() > 0:  # 0: it read nothing (a lag step)
                 d_cache.commit(out.draft_keep[:, : summary.draft_kept.max()], out.draft_kept)
             width = int(summary.draft_pending.max())  # the draft's pending block, trimmed to its widest row
             t_pending = out.target_next
@@ -292,7 +304,7 @@ class TreeDecoder:
     def _plan(self, depth: int) -> Plan:
         """The plan of the tree truncated at ``depth``, with the retrieved chains (made once per depth)."""
         if depth not in self._plans:
-            if self.tree is None:
+            if self.tree is None or depth == 0:  # depth 0: a source's chains alone
                 plan = None if self.source is not None else Plan.root()
             else:
                 plan = truncated_plan(self.tree, depth)
@@ -301,18 +313,22 @@ class TreeDecoder:
             self._plans[depth] = plan
         return self._plans[depth]
 
-    def _retrieve(self, sources: list, contexts: list[list[int]], device: torch.device) -> torch.Tensor:
-        """Each row's proposals: tokens [B, width, depth], -1 where there is none."""
+    def _retrieve(
+        self, sources: list, contexts: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        """Each row's proposals on ``device``, tokens [B, width, depth] (-1 where there is none), and the
+        length of each row's longest proposal [B] on the host."""
         width, depth = self.retrieve
         table = np.full((len(contexts), width, depth), -1, dtype=np.int64)
         for b, (source, context) in enumerate(zip(sources, contexts, strict=True)):
             for i, proposal in enumerate(source.propose(context, width, depth)[:width]):
                 tokens = proposal.tokens[:depth]
                 table[b, i, : len(tokens)] = tokens
+        longest = (table >= 0).sum(2).max(1)
         host = torch.from_numpy(table)
         if device.type == "cuda":  # an asynchronous copy: the device does not wait for the host
-            return host.pin_memory().to(device, non_blocking=True)
-        return host.to(device)
+            return host.pin_memory().to(device, non_blocking=True), longest
+        return host.to(device), longest
 
     # ---- input checks --------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ class Drafted:
     forward: torch.Tensor  # [B, F] nodes of the target forward, root first, ancestors before descendants
     draft_nodes: torch.Tensor  # [B, Fd] nodes forwarded to the draft below the root, in cache order
     forwards: int  # draft forwards run
+    lag: bool = False  # the draft did not read its pending block: the block carries over to the next step
 
 
 def causal(real: torch.Tensor) -> torch.Tensor:
@@ -80,15 +81,17 @@ def draft_tree(
     generator,
     depth_limit: torch.Tensor | None = None,
     retrieved: torch.Tensor | None = None,
+    catch_up: bool = False,
 ) -> tuple[Drafted, torch.Tensor]:
     """Draft one step's tree. Returns the tree and a device flag [B] of non-finite draft logits.
 
-    ``cache`` is the draft model's cache (:mod:`mdsd.tree.cache`; None when the plan draws no children:
-    retrieved chains only, nothing is forwarded). ``verifiers[k]`` draws the k children of a node
-    (``draft_unchecked(q, generator)``; ``generator`` a torch.Generator or the step's
-    :class:`mdsd.sampling.UniformStream`); ``depth_limit`` [B] (optional) switches off expansions at
-    depths >= the row's limit (adaptive draft lengths); ``retrieved`` [B, width, depth] holds the tokens of
-    the plan's retrieved chains (-1: none).
+    ``cache`` is the draft model's cache (:mod:`mdsd.tree.cache`; None when there is no draft model).
+    ``verifiers[k]`` draws the k children of a node (``draft_unchecked(q, generator)``; ``generator`` a
+    torch.Generator or the step's :class:`mdsd.sampling.UniformStream`); ``depth_limit`` [B] (optional)
+    switches off expansions at depths >= the row's limit (adaptive draft lengths); ``retrieved``
+    [B, width, depth] holds the tokens of the plan's retrieved chains (-1: none). A plan of retrieved chains
+    alone runs no draft forward and leaves the draft's pending block to a later step (:attr:`Drafted.lag`),
+    unless ``catch_up``: then the draft reads it all the same.
     """
     B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
     tree = _Growing.start(plan, pending, retrieved)
@@ -96,7 +99,8 @@ def draft_tree(
     draft_nodes = torch.zeros(B, 0, dtype=torch.long, device=dev)
     expansions: list[Expansion] = []
     forwards = 0
-    if cache is not None:  # level 0: the pending tokens (causal, left-padded), the root last
+    read = catch_up or any(g.k > 0 for g in plan.groups)
+    if cache is not None and read:  # level 0: the pending tokens (causal, left-padded), the root last
         cache.begin()
         live = cache.live()
         positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
@@ -138,7 +142,16 @@ def draft_tree(
             )
     forward = _forward_nodes(plan, tree.score)
     drafted = Drafted(
-        plan, tree.tokens, tree.parent, tree.ancestors, tree.score, expansions, forward, draft_nodes, forwards
+        plan,
+        tree.tokens,
+        tree.parent,
+        tree.ancestors,
+        tree.score,
+        expansions,
+        forward,
+        draft_nodes,
+        forwards,
+        cache is not None and not read,
     )
     return drafted, bad
 

@@ -60,17 +60,27 @@ def decode_step(
     depth_limit: torch.Tensor | None = None,
     retrieved: torch.Tensor | None = None,
     lap=None,
+    catch_up: bool = False,
 ) -> tuple[Outcome, torch.Tensor, int]:
     """One decoding step, the ladder draft → target forward → verify → walk, for every row at once.
 
     ``target`` and ``draft`` are the models' caches (:mod:`mdsd.tree.cache`; ``draft`` None when a source
     drafts alone); ``generator`` a torch.Generator or the step's :class:`mdsd.sampling.UniformStream`, the
     one source of the step's random numbers; ``lap(phase)``, if given, is called after "draft" and
-    "target". Returns the :class:`Outcome`, the non-finite flag [B] (1 draft, 2 target) and the number of
-    draft forwards run. Nothing here waits for the device.
+    "target"; ``catch_up``: the draft reads its pending block even where the plan draws no children
+    (:func:`mdsd.tree.draft.draft_tree`). Returns the :class:`Outcome`, the non-finite flag [B] (1 draft,
+    2 target) and the number of draft forwards run. Nothing here waits for the device.
     """
     drafted, bad = draft_tree(
-        draft, draft_pending, plan, rule.verifiers, rule.temperature, generator, depth_limit, retrieved
+        draft,
+        draft_pending,
+        plan,
+        rule.verifiers,
+        rule.temperature,
+        generator,
+        depth_limit,
+        retrieved,
+        catch_up,
     )
     if lap is not None:
         lap("draft")
@@ -369,8 +379,9 @@ def walk(
     target_next = Pending(
         torch.where(has_final, final, last)[:, None], torch.ones(B, 1, dtype=torch.bool, device=dev)
     )
-    # draft: keep the real pending tokens and the accepted nodes it forwarded, except a last node the target
-    # did not see (the step ends there; it is read again as the next root)
+    # draft: keep the real pending tokens (unless it did not read them: they carry over) and the accepted
+    # nodes it forwarded, except a last node the target did not see (the step ends there; it is read again
+    # as the next root)
     Pd = draft_pending.ids.shape[1]
     Fd = drafted.draft_nodes.shape[1]
     dpos = torch.full((B, N), -1, dtype=torch.long, device=dev)
@@ -380,11 +391,16 @@ def walk(
     in_draft &= ~(is_last & ~has_final[:, None])
     slots = torch.cat([torch.arange(Pd, device=dev).expand(B, -1), Pd + dpos.gather(1, path.clamp(min=0))], 1)
     slots = slots.clamp(min=0)
-    draft_keep, draft_kept = _compact(slots, torch.cat([draft_pending.real, in_draft], 1))
+    read = draft_pending.real & (not drafted.lag)
+    draft_keep, draft_kept = _compact(slots, torch.cat([read, in_draft], 1))
     # the draft reads next the accepted nodes it lacks (retrieved ones, a last node it did not forward; they
-    # form a suffix of the path) and the final token, left-padded to [B, D + 1]
+    # form a suffix of the path) and the final token, left-padded to [B, D + 1]; after the pending tokens it
+    # did not read, if any ([B, Pd + D + 1])
     real = torch.cat([on & ~in_draft, has_final[:, None]], 1)
     ids = torch.where(real, torch.cat([emitted[:, :D], final[:, None]], 1), 0)
+    if drafted.lag:
+        real = torch.cat([draft_pending.real, real], 1)
+        ids = torch.cat([torch.where(draft_pending.real, draft_pending.ids, 0), ids], 1)
     order = torch.sort(real.to(torch.uint8), dim=1, stable=True).indices  # padding first, order kept
     draft_next = Pending(ids.gather(1, order), real.gather(1, order))
     return Outcome(

@@ -19,7 +19,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.drafters import Priority, PromptLookup
-from mdsd.tree.adaptive import GrowShrink
+from mdsd.tree.adaptive import GrowShrink, SourceFirst
 from mdsd.tree.compiled import FastPath
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
@@ -47,6 +47,9 @@ FAMILIES = {
     "source": dict(tree=Tree.kary([2, 2]), verifier="greedy", source=PromptLookup(), retrieve=(2, 3)),
     "retrieval alone": dict(tree=None, verifier="rrs", source=PromptLookup(), draft=None),
     "adaptive depth": dict(tree=Tree.kary([2, 2, 1]), verifier="rrs", depth=GrowShrink(initial=1)),
+    "source first": dict(
+        tree=Tree.kary([2, 2]), verifier="rrs", source=PromptLookup(), retrieve=(2, 3), depth=SourceFirst()
+    ),
     "autoregressive": dict(tree=None, verifier="rrs", draft=None),
 }
 
@@ -105,6 +108,71 @@ def test_a_source_and_autoregressive_decoding_trace_too(pair):
         static = TreeDecoder(target, model, tree, temperature=0.8, eos_token_id=EOS, compile="none", **spec)
         traced = TreeDecoder(target, model, tree, temperature=0.8, eos_token_id=EOS, compile="eager", **spec)
         assert _decode(static, seed=5) == _decode(traced, seed=5)
+
+
+def test_source_first_steps_trace_and_give_the_static_steps_tokens(pair):
+    """SourceFirst switches between the plan of the source's chains alone (with the draft's catch-up
+    forward) and the whole tree: both steps trace, and give the uncompiled static steps' tokens."""
+    target, draft = pair
+    prompts = [[3, 1, 4, 3, 1, 4, 3], [2, 5, 2, 5, 2, 5]]
+    decodes = []
+    for compile in ("none", "eager"):
+        dec = TreeDecoder(
+            target,
+            draft,
+            Tree.kary([2, 2]),
+            verifier="rrs",
+            temperature=0.8,
+            source=PromptLookup(),
+            retrieve=(2, 3),
+            depth=SourceFirst(),
+            compile=compile,
+        )
+        outs = dec.generate_batch(prompts, 20, torch.Generator().manual_seed(2))
+        decodes.append([(o.tokens.tolist(), o.depth_per_step, o.accepted_per_step) for o in outs])
+    assert decodes[0] == decodes[1]
+    assert {d for _, depths, _ in decodes[0] for d in depths} == {0, 2}
+
+
+@pytest.mark.parametrize("lag", [1, 2, 4])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
+    pair, lag, temperature, monkeypatch
+):
+    """A SourceFirst step of the source's chains alone runs no draft forward; the fast path's draft reads
+    the tokens it missed at its next drafting step (the whole buffer of LAG blocks where they exceed one
+    block), or catches up in a chains-only step that would overflow the buffer (LAG = 1: every time). The
+    same tokens, depths and acceptances as the eager path, which always leaves the draft behind."""
+    monkeypatch.setattr(FastPath, "LAG", lag)
+    target, draft = pair
+    prompts = [[3, 1, 4, 3, 1, 4, 3, 1, 4], [2, 5, 2, 5, 2, 5, 2, 5]]
+    outs = {}
+    for path in (False, "none"):
+        dec = TreeDecoder(
+            target,
+            draft,
+            Tree.kary([2, 1]),
+            verifier="rrs",
+            temperature=temperature,
+            source=PromptLookup(),
+            retrieve=(1, 4),
+            depth=SourceFirst(),
+            compile=path,
+        )
+        outs[path] = dec.generate_batch(prompts, 40, torch.Generator().manual_seed(6))
+    for eager, fast in zip(outs[False], outs["none"], strict=True):
+        assert (eager.tokens.tolist(), eager.depth_per_step, eager.accepted_per_step) == (
+            fast.tokens.tolist(),
+            fast.depth_per_step,
+            fast.accepted_per_step,
+        )
+        chains_only = eager.depth_per_step.count(0)
+        assert chains_only >= 3 and eager.draft_forwards == 2 * (eager.steps - chains_only)
+        extra = fast.draft_forwards - eager.draft_forwards  # the fast path's catch-up forwards
+        if lag == 1:
+            assert extra == chains_only
+        else:
+            assert extra < chains_only
 
 
 @pytest.mark.parametrize("family", ["source", "retrieval alone"])

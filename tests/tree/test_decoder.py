@@ -8,7 +8,7 @@ import torch
 from tiny_lms import perturbed, tiny_lm
 
 from mdsd import DynamicTree, Tree, TreeDecodeOutput, TreeDecoder
-from mdsd.tree.adaptive import ExpectedRate, GrowShrink
+from mdsd.tree.adaptive import ExpectedRate, GrowShrink, SourceFirst
 
 TREES = [
     Tree.chain(0),
@@ -276,6 +276,75 @@ def test_greedy_with_training_free_sources_equals_target_generate(with_model):
         if not with_model:
             assert out.retrieved_per_step == out.accepted_per_step
     assert sum(sum(o.retrieved_per_step) for o in outs) > 0
+
+
+@pytest.mark.parametrize("path", [False, "none"], ids=["eager", "fast"])
+@pytest.mark.parametrize("min_tokens", [1, 3])
+def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(path, min_tokens):
+    """SourceFirst: a step drafts the source's chains alone (depth 0, no draft forward: the draft reads
+    those tokens at its next step, on the fast path at the latest when its buffer is full) exactly where
+    the source proposed at least min_tokens tokens, the whole tree otherwise; greedy output stays the
+    target's. The draft is the target itself, so a model step whose path leaves the source's chain accepts
+    the whole model chain: the draft's cache stays right across depth-0 steps."""
+    from mdsd.drafters import PromptLookup
+
+    target = tiny_lm(5, vocab=32)
+    prompts = [[4, 9, 1, 4, 9, 1, 4, 9, 1], [3], [0, 31, 8, 0, 31, 8, 0]]
+    dec = TreeDecoder(
+        target,
+        target,
+        Tree.chain(3),
+        temperature=0,
+        source=PromptLookup(),
+        retrieve=(1, 5),
+        depth=SourceFirst(min_tokens),
+        compile=path,
+    )
+    depths = set()
+    for prompt in prompts:
+        out = dec.generate(torch.tensor([prompt]), 30)
+        assert out.tokens.tolist() == _reference(target, torch.tensor([prompt]), 30).tolist()
+        lookup, context = PromptLookup(), list(prompt)
+        for depth, emitted, accepted, retrieved in zip(
+            out.depth_per_step,
+            out.tokens_per_step,
+            out.accepted_per_step,
+            out.retrieved_per_step,
+            strict=True,
+        ):
+            proposed = max((len(c.tokens) for c in lookup.propose(context, 1, 5)), default=0)
+            assert depth == (0 if proposed >= min_tokens else 3)
+            whole = emitted == accepted + 1 and len(context) + emitted < 30 + len(prompt)  # not cut short
+            if depth and not retrieved and whole:
+                assert accepted == 3  # the draft, the target itself, saw every token before
+            context += out.tokens[len(context) - len(prompt) :][:emitted].tolist()
+            depths.add(depth)
+        chains_only = out.depth_per_step.count(0)
+        model = 3 * (out.steps - chains_only)  # the pending block, then depths 1 and 2
+        assert model <= out.draft_forwards <= model + (chains_only if path else 0)  # catching up
+    assert depths == {0, 3}
+
+
+def test_source_first_needs_a_source_and_a_tree(pair):
+    from mdsd.drafters import PromptLookup
+
+    target, draft = pair
+    with pytest.raises(ValueError, match="give both a source and a tree"):
+        TreeDecoder(target, draft, Tree.chain(2), depth=SourceFirst())
+    with pytest.raises(ValueError, match="give both a source and a tree"):
+        TreeDecoder(target, None, None, depth=SourceFirst(), source=PromptLookup())
+    with pytest.raises(ValueError, match="min_tokens"):
+        SourceFirst(0)
+    with pytest.raises(ValueError, match="reads the proposals on the host"):
+        TreeDecoder(
+            target,
+            draft,
+            Tree.chain(2),
+            depth=SourceFirst(),
+            source=PromptLookup(),
+            compile="none",
+            propose_inside=True,
+        )
 
 
 @pytest.mark.parametrize("path", [False, "none"], ids=["eager", "fast"])

@@ -20,7 +20,7 @@ from tiny_lms import perturbed
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.sampling import inverse_cdf, uniform
-from mdsd.tree.adaptive import DepthPolicy
+from mdsd.tree.adaptive import DepthPolicy, SourceFirst
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
 pytestmark = pytest.mark.slow  # the decoder's law for every verifier and tree: minutes (-m "not slow" skips)
@@ -216,6 +216,34 @@ def test_retrieval_alone_follows_the_target_law(pair, path):
     target, _ = pair
     dec = TreeDecoder(target, None, None, temperature=1.0, source=_Table(12), retrieve=(2, 3), compile=path)
     for p_value, _ in _p_values(dec, target, 1.0, seed=37):
+        assert p_value > ALPHA
+
+
+class _AfterPrompt(_Table):
+    """Proposes only after the prompts' last tokens (4, 7): every row at step 1, some rows later."""
+
+    def propose(self, context, width, depth):
+        return super().propose(context, width, depth) if context[-1] in (4, 7) else []
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", ["rrs", "spechub"])
+def test_source_first_follows_the_target_law(pair, name, path):
+    """SourceFirst: step 1 verifies the source's chains alone (every row proposed), step 2 the model's
+    tree beside the chains of the rows that proposed, after the draft caught up at step 1."""
+    target, draft = pair
+    dec = _decoder(
+        target,
+        draft,
+        _tree(name),
+        name,
+        path,
+        temperature=1.0,
+        source=_AfterPrompt(12),
+        retrieve=(2, 2),
+        depth=SourceFirst(),
+    )
+    for p_value, _ in _p_values(dec, target, 1.0, seed=47):
         assert p_value > ALPHA
 
 

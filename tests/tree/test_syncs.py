@@ -146,6 +146,29 @@ def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models, monkeypat
         assert reads <= steps, (tree, counter, steps)
 
 
+def test_source_first_reads_the_host_once_per_step(models):
+    """SourceFirst chooses each step's plan from the host's proposals: still one read per step, with the
+    chains-only steps that leave the draft behind and the drafting steps that read its whole buffer."""
+    from mdsd.drafters import PromptLookup
+    from mdsd.tree.adaptive import SourceFirst
+
+    target, draft = models
+    dec = TreeDecoder(
+        target,
+        draft,
+        Tree.kary([2, 1]),
+        "rrs",
+        temperature=0.8,
+        source=PromptLookup(),
+        retrieve=(1, 3),
+        depth=SourceFirst(),
+        compile="none",
+    )
+    reads, steps, counter = _fast_reads(dec, [[3, 1, 4, 3, 1, 4, 3], [2, 5, 2, 5, 2]])
+    assert reads <= steps, (counter, steps)
+    assert {key[0] for key in dec._fast_path._steps} == {0, 2}  # both kinds of step ran
+
+
 class _DeviceAudit(TorchFunctionMode):
     """Records factory calls from mdsd's own files that leave the device to the default."""
 
