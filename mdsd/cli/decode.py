@@ -10,7 +10,9 @@ Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2
 ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (grown each step from the draft's probabilities, see
 :class:`mdsd.DynamicTree`), a JSON file written by ``Tree.to_json`` (e.g. a Sequoia tree), or ``none`` (no
 draft model: the --source alone, or without one plain autoregressive decoding; --draft is then not needed).
-``--adaptive grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule.
+``--adaptive grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule;
+``--adaptive first`` drafts with the model only in the steps where the ``--source`` proposed nothing (the
+source's chains alone in the others).
 ``--source`` adds a training-free draft source (``lookup``: prompt lookup; ``dictionary``: n-grams learnt
 while decoding; ``datastore``: the suffix-array index in ``--datastore``; several joined by ``,`` in priority
 order): each step it proposes ``--retrieve WIDTH DEPTH`` chains below the root, beside the model's tree.
@@ -66,7 +68,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--datastore", default="", help="datastore directory for --source datastore")
     parser.add_argument(
         "--adaptive",
-        choices=("none", "grow"),
+        choices=("none", "grow", "first"),
         default="none",
         help="adaptive draft depth (default: %(default)s)",
     )
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.drafters import make_source
     from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
-    from mdsd.tree.adaptive import GrowShrink
+    from mdsd.tree.adaptive import GrowShrink, SourceFirst
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.validation import check_device
     from mdsd.verifiers.registry import check_name
@@ -149,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
     alone = args.tree == "none"  # no draft model
     if alone and args.adaptive != "none":
         raise ValueError("--adaptive truncates the draft model's tree: give a --tree other than none")
+    if args.adaptive == "first" and source is None:
+        raise ValueError(
+            "--adaptive first drafts with the model where the source proposes nothing: give --source"
+        )
     needs_draft = not alone or args.compare  # --compare runs HF assisted generation with the draft
     if args.pair:
         if args.target or args.draft:
@@ -173,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         target, draft = load_model(target_path, args.dtype, args.device), None
         tokenizer = load_tokenizer(target_path)
-    depth = GrowShrink() if args.adaptive == "grow" else None
+    depth = {"grow": GrowShrink, "first": SourceFirst}.get(args.adaptive, lambda: None)()
     encoded = []
     for i, prompt in enumerate(prompts):
         ids = tokenizer.encode(prompt)
@@ -265,8 +271,11 @@ def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None
 
 
 def tree_label(args) -> str:
-    """The decode's tree and source as the summary names them (``binary:3``, ``none+lookup 1x8``)."""
-    return args.tree + (f"+{args.source} {args.retrieve[0]}x{args.retrieve[1]}" if args.source else "")
+    """The decode's tree, depth policy and source as the summary names them (``binary:3``,
+    ``chain:16/grow``, ``none+lookup 1x8``)."""
+    policy = "" if args.adaptive == "none" else f"/{args.adaptive}"
+    source = f"+{args.source} {args.retrieve[0]}x{args.retrieve[1]}" if args.source else ""
+    return args.tree + policy + source
 
 
 def _compare(args, mdsd_method, encoded, target, draft):

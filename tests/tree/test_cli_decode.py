@@ -86,9 +86,8 @@ def test_decode_a_batch_file_with_a_dynamic_adaptive_tree(model_dirs, tmp_path, 
     args = ["decode", "--target", str(target), "--draft", str(draft), "--batch-file", str(prompts)]
     code = main([*args, "--tree", "dynamic:3,2,2,4", "--adaptive", "grow", "--verifier", "rrsw"])
     out = capsys.readouterr().out
-    assert (
-        code == 0 and out.count("--- prompt") == 3 and "3 prompt(s), rrsw, dynamic:3,2,2,4: 192 tokens" in out
-    )
+    assert code == 0 and out.count("--- prompt") == 3
+    assert "3 prompt(s), rrsw, dynamic:3,2,2,4/grow: 192 tokens" in out
 
 
 @pytest.mark.parametrize("name", ["optimal:wor", "optimal-wor", "traversal"])
@@ -267,6 +266,11 @@ def test_decode_with_a_source_beside_a_tree(model_dirs, capsys):
     args += ["--prompt", "the cat the cat the", "--max-new-tokens", "6"]
     assert main(args) == 0
     assert "1 prompt(s), single, chain:2+lookup 1x8: 6 tokens from" in capsys.readouterr().out
+    assert main([*args, "--adaptive", "first"]) == 0
+    assert "1 prompt(s), single, chain:2/first+lookup 1x8: 6 tokens from" in capsys.readouterr().out
+    assert main([*base, "--tree", "chain:2", "--prompt", "x", "--adaptive", "first"]) == 2
+    err = capsys.readouterr().err
+    assert "--adaptive first drafts with the model where the source proposes nothing" in err
 
 
 def test_decode_refuses_bad_source_options_by_name(model_dirs, tmp_path, capsys):
