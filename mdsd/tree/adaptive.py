@@ -47,7 +47,10 @@ class DepthPolicy:
 
     def given_proposals(self, depth: np.ndarray, proposed: np.ndarray) -> np.ndarray:
         """This step's depths [rows] once the source has proposed: ``proposed`` [rows] is the longest chain
-        each row's source proposed (0: none). Only a policy that ``reads_proposals`` changes ``depth``."""
+        each row's source proposed (0: none). Only a policy that ``reads_proposals`` changes ``depth``.
+        Depth 0 (the source's chains alone) should go to every row or to none: in a step where other rows
+        draft deeper, a row limited to depth 0 has its root's expansion, retrieved chains included,
+        switched off (it emits one token)."""
         return depth
 
 
