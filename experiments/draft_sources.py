@@ -11,15 +11,22 @@ experiments/batch_efficiency.py (same prompts, seeds, budget, forward hooks; tok
   alone, as ``--retrieve`` WIDTH chains of DEPTH deterministic tokens, verified exactly (a child is accepted
   iff the target's token is it);
 * mixed trees: the model's tree with retrieved chains beside its root children (mdsd.drafters.mixed), and the
-  share of accepted tokens that came from the source.
+  share of accepted tokens that came from the source;
+* source first (``/first``): the source's chains alone in the steps where it proposed, the mixed tree in the
+  others (mdsd.tree.adaptive.SourceFirst), and the share of steps that drafted with the model.
 
 The summary says, per set and temperature, which source beats the draft model on tokens per target forward
 and on tokens/s, and which loses.
 
     python experiments/draft_sources.py --quick                      # tiny models, prompt lookup only
-    # results/draft_sources (2-core CPU; about 90 minutes):
-    python experiments/draft_sources.py --prompts-per-set 4 --max-new-tokens 64 \\
+    # results/draft_sources (2-core CPU; 20 minutes; the datastore built first):
+    python experiments/draft_sources.py --prompts-per-set 2 --max-new-tokens 48 \\
         --output-dir results/draft_sources
+    # results/source_first (chain:4 with and without lookup, lookup alone, source first; the fast path,
+    # whose catch-up forwards the GPU predictions count; 2-core CPU, 25 minutes):
+    python experiments/draft_sources.py --methods chain:4/single none/topk+lookup chain:4/single+lookup \\
+        chain:4/single/first+lookup --prompts-per-set 4 --max-new-tokens 64 --compile none \\
+        --output-dir results/source_first
     # on a GPU:
     python experiments/draft_sources.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 20 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/draft_sources_gpu
@@ -46,6 +53,7 @@ METHODS = (
     "none/topk+dictionary",
     "none/topk+lookup,datastore",
     "chain:4/single+lookup",
+    "chain:4/single/first+lookup",
     "binary:3/rrsw+datastore",
     "binary:3/rrsw+lookup,datastore",
 )
@@ -123,7 +131,7 @@ def summary(rows: list[dict], config: Config) -> str:
         f"retrieved chains {config.retrieve[0]} x {config.retrieve[1]}; tokens per target forward with a 95% "
         f"t-interval over the prompts ({config.prompts_per_set - 1} degrees of freedom per set; clipped "
         "below at 1 token per forward); 'from source': share of accepted drafted tokens that the source "
-        "proposed.",
+        "proposed; 'model steps': share of steps that drafted with the draft model.",
     ]
     for d in config.datasets:
         for t in config.temperatures:
@@ -132,15 +140,17 @@ def summary(rows: list[dict], config: Config) -> str:
                 "",
                 f"## {d}, T = {t}",
                 "",
-                "| method | source | tokens / target forward (95% CI) | tokens/s | draft fwd | from source |",
-                "|---|---|---|---|---|---|",
+                "| method | source | tokens / target forward (95% CI) | tokens/s | draft fwd | from source "
+                "| model steps |",
+                "|---|---|---|---|---|---|---|",
             ]
             for r in mine:
                 ci = f" ({max(r['ci95'][0], 1.0):.2f}-{r['ci95'][1]:.2f})" if r.get("ci95") else ""
                 share = "" if r.get("retrieved_share") is None else f"{r['retrieved_share']:.0%}"
+                steps = "" if r.get("model_step_share") is None else f"{r['model_step_share']:.0%}"
                 lines.append(
                     f"| {r['method']} | {_source(r['method'])} | {r['tokens_per_forward']:.3f}{ci} | "
-                    f"{r['tokens_per_second']:.2f} | {r['draft_forwards']} | {share} |"
+                    f"{r['tokens_per_second']:.2f} | {r['draft_forwards']} | {share} | {steps} |"
                 )
             best = {}
             for r in mine:

@@ -8,9 +8,10 @@ grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
   spelling), ``sequoia:N`` (Sequoia's best tree of N nodes for the verifier's measured acceptance vector,
   depth <= ``sequoia_depth``), or ``none`` (no draft model: the source alone);
 * VERIFIER: any name :class:`mdsd.TreeDecoder` takes (:func:`mdsd.verifiers.verifier_names`);
-* POLICY: ``grow`` (HF's grow/shrink depth schedule, :class:`mdsd.tree.adaptive.GrowShrink`) or ``rate`` (the
+* POLICY: ``grow`` (HF's grow/shrink depth schedule, :class:`mdsd.tree.adaptive.GrowShrink`), ``rate`` (the
   depth with the most expected tokens per second, ``ExpectedRate`` on the cost profiles in ``profiles``,
-  written by experiments/cost_model.py);
+  written by experiments/cost_model.py) or ``first`` (with a SOURCE: the model drafts only in the steps where
+  the source proposed nothing, :class:`mdsd.tree.adaptive.SourceFirst`; ``first:N``: fewer than N tokens);
 * SOURCE: ``lookup`` (prompt lookup), ``datastore`` (the suffix-array datastore in ``datastore``),
   ``dictionary`` (SPECTRA-style n-grams learnt online), or several joined by ``,`` (in priority order),
   proposing ``retrieve`` = (WIDTH, DEPTH) chains beside the model's children.
@@ -114,7 +115,7 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
     import mdsd
     from mdsd.drafters import make_source
     from mdsd.hf.comparison import HFAssisted, TreeMethod
-    from mdsd.tree.adaptive import ExpectedRate, GrowShrink
+    from mdsd.tree.adaptive import ExpectedRate, GrowShrink, SourceFirst
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.verifiers.registry import path_rule
 
@@ -131,6 +132,10 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
     if tree_spec == "none":
         tree = None
     elif tree_spec.startswith("sequoia:"):
+        if temperature == 0:
+            raise ValueError(
+                f"method {spec!r}: a Sequoia tree is built from the verifier's acceptance vector at T > 0"
+            )
         a = acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
         tree = mdsd.Tree.sequoia(a, int(tree_spec.split(":")[1]), config.sequoia_depth)
     else:
@@ -141,10 +146,18 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
             depth = GrowShrink()
         elif parts[2] == "rate":
             depth = _rate_policy(tree, config, ExpectedRate)
+        elif parts[2].partition(":")[0] == "first" and source_spec and tree is not None:
+            least = parts[2].partition(":")[2]
+            if least and not least.isdigit():
+                raise ValueError(f"method {spec!r}: first:N takes an integer N >= 1")
+            depth = SourceFirst(int(least or 1))
         else:
-            raise ValueError(f"method {spec!r}: the policy must be grow or rate")
+            raise ValueError(
+                f"method {spec!r}: the policy must be grow, rate, or first (a model tree and a +SOURCE)"
+            )
     source = make_source(source_spec, config.datastore) if source_spec else None
-    if isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None:
+    fixed = isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None
+    if fixed and temperature > 0:  # greedy decoding has no acceptance vector: nothing to predict with
         a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
     else:
@@ -194,7 +207,8 @@ def run_method(
     """A sweep task (:func:`mdsd.sweep.run_tasks`): method ``task["method"]`` at ``task["temperature"]``
     over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick tiny pair); the row of
     :func:`mdsd.hf.compare` with the spec, Sequoia's prediction, the share of accepted tokens a source
-    proposed and the per-prompt counts."""
+    proposed, the share of steps that drafted with the model (below 1 under an adaptive depth policy that
+    may draft depth 0) and the per-prompt counts."""
     from mdsd.hf.comparison import compare
 
     torch.set_num_threads(config.threads)
@@ -206,11 +220,15 @@ def run_method(
     outputs = [run.output for run in result.runs]
     accepted = sum(sum(getattr(o, "accepted_per_step", [])) for o in outputs)
     retrieved = sum(sum(getattr(o, "retrieved_per_step", [])) for o in outputs)
+    depths = [d for o in outputs for d in getattr(o, "depth_per_step", [])]
     return row | {
         "method": task["method"],
         "temperature": t,
         "predicted_tokens_per_step": predicted,
         "retrieved_share": retrieved / accepted if "+" in task["method"] and accepted else None,
+        "model_step_share": (
+            float(np.mean(np.array(depths) > 0)) if depths and getattr(method, "tree", None) else None
+        ),
         "per_prompt": [
             {
                 "tokens": r.tokens,

@@ -114,6 +114,9 @@ def test_batch_efficiency_runs_tree_decoding_end_to_end(tiny_pair, corpus, tmp_p
         )
         if "+" not in name:  # a share of accepted tokens from the source (None when none was accepted)
             assert row["retrieved_share"] is None
+        drafts = not name.startswith(("hf-", "none/"))  # an mdsd method with a model tree
+        assert (row["model_step_share"] is not None) == drafts
+    assert rows["binary:1/rrs"]["model_step_share"] == 1.0
     assert rows["hf-autoregressive"]["target_forwards"] == 6
     assert "| 0.6 | sequoia:4/spechub |" in (out / "summary.md").read_text()
 
@@ -126,9 +129,20 @@ def test_method_specs(corpus):
     assert method.tree.size <= 8
     method, predicted = make_method("dynamic:3,2,2,4/rrs/grow+lookup", 0.6, config)
     assert method.depth is not None and method.source.name == "prompt-lookup" and predicted is None
+    assert make_method("kary:2,1/rrsw", 0.0, config)[1] is None  # greedy: no acceptance vector
+    with pytest.raises(ValueError, match="acceptance vector at T > 0"):
+        make_method("sequoia:8/greedy", 0.0, config)
+    method, _ = make_method("chain:4/single/first+lookup", 0.6, config)
+    assert type(method.depth).__name__ == "SourceFirst" and method.source.name == "prompt-lookup"
+    assert method.depth.min_tokens == 1
+    assert make_method("chain:4/single/first:3+lookup", 0.6, config)[0].depth.min_tokens == 3
     for bad, match in [
         ("binary:2", "TREE/VERIFIER"),
         ("chain:2/rrs/fast", "policy"),
+        ("chain:2/rrs/first", "a model tree and a \\+SOURCE"),
+        ("none/topk/first+lookup", "a model tree and a \\+SOURCE"),
+        ("chain:2/rrs/first:x+lookup", "first:N takes an integer"),
+        ("chain:2/rrs/first:0+lookup", "min_tokens must be an integer >= 1"),
         ("chain:2/rrs+web", "source"),
     ]:
         with pytest.raises(ValueError, match=match):
