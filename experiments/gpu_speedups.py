@@ -20,9 +20,15 @@ For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup ov
 on the same profiles, and beside it the **bound** of the method's plan: the speedup if every drafted path
 were accepted whole (depth + 1 tokens per step; retrieved chains count at their depth), which only the
 draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
-Approximations, stated: an adaptive-depth method is costed at its full tree; a dynamic tree at its budget;
-the cache length is the prompts' mean plus half the budget. HF's methods are not mdsd's decoder and are
-left out.
+A source-first method (``/first[:N]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture it
+ran: its measured share of steps that drafted with the model at the whole plan, each reading the draft's
+whole buffer (``FastPath.LAG`` blocks: what it reads after chains-only steps; an overestimate after a
+drafting step), the other steps at the source's chains alone (no draft forward), plus the catch-up forwards
+it measured (draft forwards beyond its drafting steps': the fast path's, over the whole buffer; none on the
+eager path).
+Approximations, stated: another adaptive-depth method is costed at its full tree; a dynamic tree at its
+budget; the cache length is the prompts' mean plus half the budget. HF's methods are not mdsd's decoder and
+are left out.
 
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-static \
         --overhead results/gpu/gpu_fast.json --output-dir results/gpu
@@ -49,6 +55,7 @@ import numpy as np
 import mdsd
 from mdsd.costs import Overhead, step_forwards
 from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.tree.compiled import FastPath
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
 from mdsd.tree.spec import parse_tree
 
@@ -75,6 +82,7 @@ class Config:
         default=(
             "results/batch_efficiency/batch_efficiency.json",
             "results/draft_sources/draft_sources.json",
+            "results/source_first/draft_sources.json",
         ),
         metadata={"help": "measured tokens per target forward"},
     )
@@ -91,7 +99,7 @@ def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
     if spec.startswith("hf-"):
         return None
     head, _, source = spec.partition("+")
-    tree_spec, verifier = head.split("/")[:2]
+    tree_spec, verifier = head.split("/")[:2]  # a depth policy, if any, is costed by the caller
     if tree_spec == "none":
         plan = None
     elif tree_spec.startswith("sequoia:"):
@@ -178,9 +186,17 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
             plan = plan_of(r["method"], r["temperature"], retrieve)
             if plan is None or (draft is None and step_forwards(plan)[0]):
                 continue  # HF's methods; without a draft profile, the methods that run the draft model
+            policy = (r["method"].split("+")[0].split("/") + [""])[2]
+            share = r.get("model_step_share") if policy.partition(":")[0] == "first" else None
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
-            draft_tokens, target_tokens = step_forwards(plan, static=stand_in.path != "eager")
+            static = stand_in.path != "eager"
+            draft_tokens, target_tokens = step_forwards(plan, static=static)
             widest = max([*draft_tokens, target_tokens])  # new tokens of the step's widest forward
+            if share is not None:  # the draft's buffer, which a drafting step reads after chains-only steps
+                whole = FastPath.LAG * (plan.max_depth + 1) if static else draft_tokens[0]
+                caught = max(r["draft_forwards"] - len(draft_tokens) * share * r["target_forwards"], 0)
+                caught /= r["target_forwards"]  # catch-up forwards per step (the fast path's; eager: none)
+                widest = max(widest, whole)
             for B in config.batches:
                 pred = mdsd.predict(
                     target,
@@ -193,29 +209,35 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                     overhead=overhead,
                     extrapolate=extrapolate,
                 )
-                best = mdsd.predict(
-                    target,
-                    stand_in,
-                    plan,
-                    None,
-                    B,
-                    config.context,
-                    tokens_per_step=float(plan.max_depth + 1),
-                    overhead=overhead,
-                    extrapolate=extrapolate,
-                )
+                step, ar = pred.step_seconds, pred.autoregressive_seconds
+                if share is not None:
+                    read = stand_in.seconds(B, whole, config.context, extrapolate)  # the buffer, one forward
+                    drafting = step - stand_in.seconds(B, draft_tokens[0], config.context, extrapolate) + read
+                    alone = mdsd.predict(
+                        target,
+                        stand_in,
+                        with_retrieval(None, *retrieve),
+                        None,
+                        B,
+                        config.context,
+                        tokens_per_step=1.0,
+                        overhead=overhead,
+                        extrapolate=extrapolate,
+                    ).step_seconds
+                    step = share * drafting + (1 - share) * alone + caught * read
                 rows.append(
                     {
-                        "source": Path(result).stem,
+                        "source": Path(result).parent.name,
                         "dataset": r.get("dataset", ""),
                         "method": r["method"],
                         "temperature": r["temperature"],
                         "batch": B,
                         "tokens_per_forward": r["tokens_per_forward"],
-                        "step_ms": 1e3 * pred.step_seconds,
-                        "autoregressive_ms": 1e3 * pred.autoregressive_seconds,
-                        "speedup": pred.speedup,
-                        "bound": best.speedup,
+                        "model_step_share": share,
+                        "step_ms": 1e3 * step,
+                        "autoregressive_ms": 1e3 * ar,
+                        "speedup": e * ar / step,
+                        "bound": (plan.max_depth + 1) * ar / step,
                         "extrapolated": widest > target.tokens[-1],
                     }
                 )
@@ -254,7 +276,7 @@ def summary(
         "",
         "Each cell: predicted speedup (bound: every drafted path accepted whole).",
         "",
-        "| set | T | method | tokens/forward | " + " | ".join(f"B = {B}" for B in config.batches) + " |",
+        "| results: set | T | method | tokens/forward | " + " | ".join(f"B = {B}" for B in config.batches) + " |",
         "|---|---|---|---|" + "---|" * len(config.batches),
     ]
     keys = sorted({(r["source"], r["dataset"], r["temperature"], r["method"]) for r in rows}, key=str)
@@ -266,17 +288,21 @@ def summary(
             == (source, dataset, temperature, method)
         ]
         cells = " | ".join(f"{r['speedup']:.2f} ({r['bound']:.2f})" for r in mine)
-        name = dataset or source
+        name = f"{source}: {dataset}" if dataset else source
         star = "*" if mine[0]["extrapolated"] else ""
+        share = mine[0].get("model_step_share")
+        steps = "" if share is None else f" (model steps {share:.0%})"
         lines.append(
-            f"| {name} | {temperature} | {method}{star} | {mine[0]['tokens_per_forward']:.2f} | {cells} |"
+            f"| {name} | {temperature} | {method}{star}{steps} | {mine[0]['tokens_per_forward']:.2f} | "
+            f"{cells} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict], path: Path, label: str) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, source in zip(axes, ("batch_efficiency", "draft_sources"), strict=True):
+def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
+    """One panel per results folder in ``sources``: predicted speedup against B at T = 0.6."""
+    fig, axes = plt.subplots(1, len(sources), figsize=(6 * len(sources), 4.5), sharey=True, squeeze=False)
+    for ax, source in zip(axes[0], sources, strict=True):
         mine = [r for r in rows if r["source"] == source and r["temperature"] == 0.6]
         for key in sorted({(r["dataset"], r["method"]) for r in mine}):
             line = [r for r in mine if (r["dataset"], r["method"]) == key]
@@ -295,7 +321,7 @@ def plot(rows: list[dict], path: Path, label: str) -> None:
             ax.legend(fontsize=6, ncol=2)
         else:
             ax.text(0.5, 0.5, "no method predicted\n(no draft profile)", ha="center", transform=ax.transAxes)
-    axes[0].set_ylabel(f"predicted speedup over autoregressive ({label})")
+    axes[0, 0].set_ylabel(f"predicted speedup over autoregressive ({label})")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -308,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     name = f"speedups_{config.label}"
     write_results(out, name, rows, config, config.seed, overhead=overhead and overhead.__dict__)
     (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config, target))
-    plot(rows, out / f"{name}.png", config.label)
+    plot(rows, out / f"{name}.png", config.label, [Path(r).parent.name for r in config.results])
     print(f"results in {out}")
 
 

@@ -256,6 +256,10 @@ def test_draft_sources_quick(tmp_path):
     assert not any("datastore" in r["method"] for r in rows)  # --quick has no datastore
     alone = [r for r in rows if r["method"].startswith("none/")]
     assert alone and all(r["draft_forwards"] == 0 for r in alone)
+    assert all(r["model_step_share"] is None for r in alone)
+    assert all(r["model_step_share"] == 1 for r in rows if r["method"] == "chain:4/single")
+    first = [r for r in rows if r["method"] == "chain:4/single/first+lookup"]
+    assert len(first) == 2 and all(0 <= r["model_step_share"] <= 1 for r in first)
     assert "## humaneval, T = 0.6" in (tmp_path / "summary.md").read_text()
 
 
@@ -433,14 +437,23 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
     methods = {r["method"] for r in rows}
     assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
+    first = json.loads((EXPERIMENTS.parent / "results/source_first/draft_sources.json").read_text())["rows"]
+    measured = {(m["dataset"], m["method"]): m for m in first}
     for r in rows:
-        plan = plan_of(r["method"], r["temperature"], (2, 8) if r["source"] == "draft_sources" else (1, 8))
+        plan = plan_of(r["method"], r["temperature"], (1, 8) if r["source"] == "batch_efficiency" else (2, 8))
         draft, F = step_forwards(plan, static=True)
         step = sum(ms("draft", r["batch"], n) for n in draft) + ms("target", r["batch"], F)
+        if "/first" in r["method"]:  # drafting steps read the whole buffer (4 blocks)
+            m, s = measured[(r["dataset"], r["method"])], r["model_step_share"]
+            caught = max(m["draft_forwards"] / m["target_forwards"] - len(draft) * s, 0)
+            read = ms("draft", r["batch"], 4 * 9)
+            drafting = step - ms("draft", r["batch"], draft[0]) + read
+            step = s * drafting + (1 - s) * ms("target", r["batch"], 1 + 2 * 8) + caught * read
         e = min(r["tokens_per_forward"], plan.max_depth + 1)
         assert r["speedup"] == pytest.approx(e * ms("target", r["batch"], 1) / step, rel=1e-9)
         assert r["extrapolated"] == (max([*draft, F]) > 16)
     assert any(r["extrapolated"] for r in rows) and not all(r["extrapolated"] for r in rows)
+    assert any(0 < (r["model_step_share"] or 0) < 1 for r in rows)  # source first: a mixture of steps
     with pytest.raises(ValueError, match="--context must be 256"):
         predictions(Config(forwards=str(tmp_path / "gpu_fast.json")))
 
