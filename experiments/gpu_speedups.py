@@ -83,6 +83,7 @@ class Config:
             "results/batch_efficiency/batch_efficiency.json",
             "results/draft_sources/draft_sources.json",
             "results/source_first/draft_sources.json",
+            "results/source_first_greedy/draft_sources.json",
         ),
         metadata={"help": "measured tokens per target forward"},
     )
@@ -276,7 +277,9 @@ def summary(
         "",
         "Each cell: predicted speedup (bound: every drafted path accepted whole).",
         "",
-        "| results: set | T | method | tokens/forward | " + " | ".join(f"B = {B}" for B in config.batches) + " |",
+        "| results: set | T | method | tokens/forward | "
+        + " | ".join(f"B = {B}" for B in config.batches)
+        + " |",
         "|---|---|---|---|" + "---|" * len(config.batches),
     ]
     keys = sorted({(r["source"], r["dataset"], r["temperature"], r["method"]) for r in rows}, key=str)
@@ -300,10 +303,13 @@ def summary(
 
 
 def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
-    """One panel per results folder in ``sources``: predicted speedup against B at T = 0.6."""
+    """One panel per results folder in ``sources``: predicted speedup against B at T = 0.6 (or the folder's
+    lowest temperature where it has no 0.6)."""
     fig, axes = plt.subplots(1, len(sources), figsize=(6 * len(sources), 4.5), sharey=True, squeeze=False)
     for ax, source in zip(axes[0], sources, strict=True):
-        mine = [r for r in rows if r["source"] == source and r["temperature"] == 0.6]
+        temperatures = sorted({r["temperature"] for r in rows if r["source"] == source})
+        t = 0.6 if 0.6 in temperatures or not temperatures else temperatures[0]
+        mine = [r for r in rows if r["source"] == source and r["temperature"] == t]
         for key in sorted({(r["dataset"], r["method"]) for r in mine}):
             line = [r for r in mine if (r["dataset"], r["method"]) == key]
             ax.plot(
@@ -316,7 +322,7 @@ def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")
-        ax.set_title(f"{source} (T = 0.6)")
+        ax.set_title(f"{source} (T = {t})")
         if mine:
             ax.legend(fontsize=6, ncol=2)
         else:

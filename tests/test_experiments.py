@@ -437,14 +437,18 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
     methods = {r["method"] for r in rows}
     assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
-    first = json.loads((EXPERIMENTS.parent / "results/source_first/draft_sources.json").read_text())["rows"]
-    measured = {(m["dataset"], m["method"]): m for m in first}
+    results = EXPERIMENTS.parent / "results"
+    measured = {  # the source-first runs' rows, for their measured draft forwards
+        (folder, m["dataset"], m["method"]): m
+        for folder in ("source_first", "source_first_greedy")
+        for m in json.loads((results / folder / "draft_sources.json").read_text())["rows"]
+    }
     for r in rows:
         plan = plan_of(r["method"], r["temperature"], (1, 8) if r["source"] == "batch_efficiency" else (2, 8))
         draft, F = step_forwards(plan, static=True)
         step = sum(ms("draft", r["batch"], n) for n in draft) + ms("target", r["batch"], F)
         if "/first" in r["method"]:  # drafting steps read the whole buffer (4 blocks)
-            m, s = measured[(r["dataset"], r["method"])], r["model_step_share"]
+            m, s = measured[(r["source"], r["dataset"], r["method"])], r["model_step_share"]
             caught = max(m["draft_forwards"] / m["target_forwards"] - len(draft) * s, 0)
             read = ms("draft", r["batch"], 4 * 9)
             drafting = step - ms("draft", r["batch"], draft[0]) + read
