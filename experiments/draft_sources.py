@@ -27,7 +27,9 @@ and on tokens/s, and which loses.
     python experiments/draft_sources.py --methods chain:4/single none/topk+lookup chain:4/single+lookup \\
         chain:4/single/first+lookup --prompts-per-set 4 --max-new-tokens 64 --compile none \\
         --output-dir results/source_first
-    # results/source_first_greedy: the same at T = 0 (--temperatures 0.0): every method emits the same text
+    # results/source_first_greedy: the same at T = 0 (--temperatures 0.0): every method emits the same text;
+    # results/source_first_humaneval: the same on 10 HumanEval prompts (--datasets humaneval
+    # --prompts-per-set 10)
     # on a GPU:
     python experiments/draft_sources.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 20 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/draft_sources_gpu

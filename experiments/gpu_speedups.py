@@ -84,6 +84,7 @@ class Config:
             "results/draft_sources/draft_sources.json",
             "results/source_first/draft_sources.json",
             "results/source_first_greedy/draft_sources.json",
+            "results/source_first_humaneval/draft_sources.json",
         ),
         metadata={"help": "measured tokens per target forward"},
     )
