@@ -55,6 +55,7 @@ import numpy as np
 import mdsd
 from mdsd.costs import Overhead, step_forwards
 from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.hf.methods import acceptance_vector, split_spec
 from mdsd.tree.compiled import FastPath
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
 from mdsd.tree.spec import parse_tree
@@ -96,12 +97,9 @@ class Config:
 
 def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
     """The plan a method drafts (None for HF's methods and for unknown specs)."""
-    from mdsd.hf.methods import acceptance_vector
-
     if spec.startswith("hf-"):
         return None
-    head, _, source = spec.partition("+")
-    tree_spec, verifier = head.split("/")[:2]  # a depth policy, if any, is costed by the caller
+    tree_spec, verifier, _, source = split_spec(spec)  # a depth policy, if any, is costed by the caller
     if tree_spec == "none":
         plan = None
     elif tree_spec.startswith("sequoia:"):
@@ -188,7 +186,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
             plan = plan_of(r["method"], r["temperature"], retrieve)
             if plan is None or (draft is None and step_forwards(plan)[0]):
                 continue  # HF's methods; without a draft profile, the methods that run the draft model
-            policy = (r["method"].split("+")[0].split("/") + [""])[2]
+            policy = split_spec(r["method"])[2]
             share = r.get("model_step_share") if policy.partition(":")[0] == "first" else None
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
             static = stand_in.path != "eager"

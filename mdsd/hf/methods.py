@@ -36,6 +36,7 @@ __all__ = [
     "MethodsConfig",
     "acceptance_vector",
     "make_method",
+    "split_spec",
     "real_prompts",
     "run_method",
     "sweep_methods",
@@ -110,6 +111,19 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
     return np.clip(np.diff(alphas), 0.0, 1.0).tolist()
 
 
+def split_spec(spec: str) -> tuple[str, str, str, str]:
+    """(TREE, VERIFIER, POLICY, SOURCE) of a spec ``TREE/VERIFIER[/POLICY][+SOURCE]``, '' where absent.
+
+    >>> split_spec("chain:4/single/first:3+lookup")
+    ('chain:4', 'single', 'first:3', 'lookup')
+    """
+    head, _, source = spec.partition("+")
+    parts = head.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "", source
+
+
 def make_method(spec: str, temperature: float, config: MethodsConfig):
     """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
     import mdsd
@@ -123,11 +137,7 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
         return spec, None
     if spec == "hf-assisted-heuristic":
         return HFAssisted(num_assistant_tokens_schedule="heuristic"), None
-    head, _, source_spec = spec.partition("+")
-    parts = head.split("/")
-    if len(parts) not in (2, 3):
-        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
-    tree_spec, verifier = parts[:2]
+    tree_spec, verifier, policy, source_spec = split_spec(spec)
     a = None
     if tree_spec == "none":
         tree = None
@@ -141,13 +151,13 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
     else:
         tree = parse_tree(tree_spec)
     depth = None
-    if len(parts) == 3:
-        if parts[2] == "grow":
+    if policy:
+        if policy == "grow":
             depth = GrowShrink()
-        elif parts[2] == "rate":
+        elif policy == "rate":
             depth = _rate_policy(tree, config, ExpectedRate)
-        elif parts[2].partition(":")[0] == "first" and source_spec and tree is not None:
-            least = parts[2].partition(":")[2]
+        elif policy.partition(":")[0] == "first" and source_spec and tree is not None:
+            least = policy.partition(":")[2]
             if least and not least.isdigit():
                 raise ValueError(f"method {spec!r}: first:N takes an integer N >= 1")
             depth = SourceFirst(int(least or 1))

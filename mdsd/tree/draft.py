@@ -99,7 +99,7 @@ def draft_tree(
     draft_nodes = torch.zeros(B, 0, dtype=torch.long, device=dev)
     expansions: list[Expansion] = []
     forwards = 0
-    read = catch_up or any(g.k > 0 for g in plan.groups)
+    read = catch_up or bool(plan.widths)  # widths: the plan's nodes with drawn children
     if cache is not None and read:  # level 0: the pending tokens (causal, left-padded), the root last
         cache.begin()
         live = cache.live()
