@@ -60,6 +60,7 @@ __all__ = ["OptimalVerifier", "FLOW_TUPLES", "FLOW_ENTRIES", "flow_rule"]
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 FLOW_ENTRIES = 1 << 26  # ... and, without replacement, at most this many tuple × vocabulary entries
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
+SAME_PAIR_RTOL = 1e-12  # relative difference within which two normalised vectors share a Luce rule
 _LAWS = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}  # law names
 
 
@@ -90,6 +91,11 @@ def _pieces(p: bytes, q: bytes, k: int) -> tuple[np.ndarray, dict[int, list[tupl
     all the draft tuples whose output law is asked."""
     lay = iid_layout(*(torch.from_numpy(np.frombuffer(b, dtype=np.float64).copy())[None] for b in (p, q)), k)
     return lay.target[0].numpy(), stack_pieces(lay, pair_layout(lay)) if k > 1 else {}
+
+
+def _same_vector(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a and b differ by at most :data:`SAME_PAIR_RTOL` relatively in every entry (so share zeros)."""
+    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= SAME_PAIR_RTOL * np.abs(b)))
 
 
 def _tuple_count(n: int, law: DraftLaw) -> float:
@@ -147,7 +153,7 @@ class OptimalVerifier(Verifier):
         self.wor_rule = wor_rule
         self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
         self._shared = False  # within simulate's calls (Rows.shared): one pair, its whole stack on the host
-        self._luce_cache: tuple[bytes, LuceRule] | None = None
+        self._luce_cache: tuple[np.ndarray, np.ndarray, LuceRule] | None = None
         super().__init__(k)
 
     def __repr__(self) -> str:
@@ -187,11 +193,17 @@ class OptimalVerifier(Verifier):
         return self._luce(pa / pa.sum(), qa / qa.sum())
 
     def _luce(self, p: np.ndarray, q: np.ndarray) -> LuceRule:
-        """The Luce rule of one pair (normalised float64 vectors), solved once per pair."""
-        key = p.tobytes() + q.tobytes()
-        if self._luce_cache is None or self._luce_cache[0] != key:
-            self._luce_cache = (key, luce_rule(p, q, self.k))
-        return self._luce_cache[1]
+        """The Luce rule of one pair (normalised float64 vectors), solved once per pair.
+
+        The last pair's rule is reused for a pair equal to it up to the rounding of a normalisation
+        (every entry within :data:`SAME_PAIR_RTOL` of it, relatively: the same zeros). :meth:`acceptance`
+        (NumPy) and :meth:`simulate` / :meth:`verify` (torch) normalise the same input by different sums,
+        a few ulps apart, and the rule costs seconds at full vocabulary.
+        """
+        cached = self._luce_cache
+        if cached is None or not (_same_vector(cached[0], p) and _same_vector(cached[1], q)):
+            self._luce_cache = cached = (p.copy(), q.copy(), luce_rule(p, q, self.k))
+        return cached[2]
 
     def reads_back(self, n: int) -> bool:
         """Whether verifying on a vocabulary of n tokens reads values back to the host: a flow (a law

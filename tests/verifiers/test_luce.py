@@ -252,8 +252,26 @@ def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails(
     rate = float((index >= 0).double().mean())
     assert g_test(tokens, p.numpy()) > ALPHA
     assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 200_000), (rate, alpha)
-    broken, _ = FirstDraftLuce(3, law="wor").simulate(p, q, 200_000, seed=2)
-    assert g_test(broken, p.numpy()) < ALPHA
+    broken = FirstDraftLuce(3, law="wor")
+    broken._luce_cache = v._luce_cache  # the same pair's rule (a minute's solve on a 2-core CPU)
+    tokens, _ = broken.simulate(p, q, 200_000, seed=2)
+    assert g_test(tokens, p.numpy()) < ALPHA
+
+
+def test_a_pair_normalised_two_ways_shares_its_luce_rule():
+    """acceptance (NumPy) and simulate (torch) normalise the same input by sums a few ulps apart: both use
+    one rule, solved once; a pair 1e-9 away, or with one more zero, gets its own."""
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.full(60, 0.3)), np.r_[np.zeros(5), rng.dirichlet(np.full(55, 0.3))]
+    v = OptimalVerifier(3, law="wor")
+    rule = v.luce(p, q)
+    v.simulate(torch.from_numpy(p), torch.from_numpy(q), 10, seed=0)
+    v.acceptance(p, q)
+    assert v.luce(np.nextafter(p, 1.0), q) is rule
+    assert v.luce(p * (1 + 1e-9 * rng.standard_normal(60)), q) is not rule
+    rule = v.luce(p, q)
+    p[7] = 0.0
+    assert v.luce(p / p.sum(), q) is not rule
 
 
 def test_small_support_at_full_vocabulary_takes_the_luce_rule_not_a_dense_flow_table():
