@@ -135,7 +135,7 @@ def test_source_first_steps_trace_and_give_the_static_steps_tokens(pair):
 
 
 @pytest.mark.parametrize("lag", [1, 2, 4])
-@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("temperature", [0.0, 1e-3, 0.8])
 def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
     pair, lag, temperature, monkeypatch
 ):
