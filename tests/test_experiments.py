@@ -440,7 +440,12 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     results = EXPERIMENTS.parent / "results"
     measured = {  # the source-first runs' rows, for their measured draft forwards
         (folder, m["dataset"], m["method"]): m
-        for folder in ("source_first", "source_first_greedy", "source_first_humaneval", "source_first_min_tokens")
+        for folder in (
+            "source_first",
+            "source_first_greedy",
+            "source_first_humaneval",
+            "source_first_min_tokens",
+        )
         for m in json.loads((results / folder / "draft_sources.json").read_text())["rows"]
     }
     for r in rows:

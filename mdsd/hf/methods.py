@@ -11,7 +11,8 @@ grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
 * POLICY: ``grow`` (HF's grow/shrink depth schedule, :class:`mdsd.tree.adaptive.GrowShrink`), ``rate`` (the
   depth with the most expected tokens per second, ``ExpectedRate`` on the cost profiles in ``profiles``,
   written by experiments/cost_model.py) or ``first`` (with a SOURCE: the model drafts only in the steps where
-  the source proposed nothing, :class:`mdsd.tree.adaptive.SourceFirst`; ``first:N``: fewer than N tokens);
+  the source proposed nothing, :class:`mdsd.tree.adaptive.SourceFirst`; ``first:N``: fewer than N tokens;
+  ``first:N:M``: and in the M steps after a step of the source's chains alone that some row rejected whole);
 * SOURCE: ``lookup`` (prompt lookup), ``datastore`` (the suffix-array datastore in ``datastore``),
   ``dictionary`` (SPECTRA-style n-grams learnt online), or several joined by ``,`` (in priority order),
   proposing ``retrieve`` = (WIDTH, DEPTH) chains beside the model's children.
@@ -157,10 +158,10 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
         elif policy == "rate":
             depth = _rate_policy(tree, config, ExpectedRate)
         elif policy.partition(":")[0] == "first" and source_spec and tree is not None:
-            least = policy.partition(":")[2]
-            if least and not least.isdigit():
-                raise ValueError(f"method {spec!r}: first:N takes an integer N >= 1")
-            depth = SourceFirst(int(least or 1))
+            numbers = policy.split(":")[1:]
+            if len(numbers) > 2 or not all(n.isdigit() for n in numbers):
+                raise ValueError(f"method {spec!r}: first[:N[:M]] takes integers N >= 1 and M >= 0")
+            depth = SourceFirst(*map(int, numbers))
         else:
             raise ValueError(
                 f"method {spec!r}: the policy must be grow, rate, or first (a model tree and a +SOURCE)"

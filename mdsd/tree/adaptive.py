@@ -140,27 +140,49 @@ class SourceFirst(DepthPolicy):
 
     ``min_tokens`` counts the tokens of a row's longest proposed chain, not how sure the source is of it:
     prompt lookup proposes its whole chain after any match, so on chat (MT-Bench, the real pair) requiring 2
-    or 4 tokens changes little (``results/source_first_min_tokens``).
+    or 4 tokens changes little (``results/source_first_min_tokens``). ``backoff`` reads the source's record
+    instead: after a step of chains alone in which some row's chains were all rejected at their first token,
+    the next ``backoff`` steps draft the whole tree (the chains still beside it). Both read only what earlier
+    steps emitted, so the target's law is kept.
 
     >>> policy = SourceFirst()
     >>> policy.given_proposals(policy.start(2, max_depth=4), np.array([8, 3])).tolist()
     [0, 0]
     >>> policy.given_proposals(policy.start(2, max_depth=4), np.array([8, 0])).tolist()
     [4, 4]
+    >>> policy, steps = SourceFirst(backoff=2), []
+    >>> depth = policy.update(np.array([0, 0]), np.array([3, 0]), max_depth=4)  # row 1's chains failed
+    >>> for _ in range(3):  # every row's source proposes: two steps of the whole tree first
+    ...     depth = policy.given_proposals(depth, np.array([8, 8]))
+    ...     steps.append(depth.tolist())
+    ...     depth = policy.update(depth, np.array([1, 1]), max_depth=4)
+    >>> steps
+    [[4, 4], [4, 4], [0, 0]]
     """
 
     min_tokens: int = 1
+    backoff: int = 0
     reads_proposals: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 1:
-            raise ValueError(f"min_tokens must be an integer >= 1, got {self.min_tokens!r}")
+        for name in ("min_tokens", "backoff"):
+            value = getattr(self, name)
+            least = 1 if name == "min_tokens" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        self._cooling = 0  # steps left that draft the whole tree after a failed step of chains alone
 
     def start(self, rows, max_depth):
+        self._cooling = 0
         return np.full(rows, max_depth, dtype=np.int64)
 
     def update(self, depth, accepted, max_depth):
+        self._cooling = max(self._cooling - 1, 0)
+        if bool(((depth == 0) & (accepted == 0)).any()):
+            self._cooling = self.backoff
         return np.full(depth.shape, max_depth, dtype=np.int64)
 
     def given_proposals(self, depth, proposed):
-        return np.zeros_like(depth) if bool((proposed >= self.min_tokens).all()) else depth
+        if self._cooling or not bool((proposed >= self.min_tokens).all()):
+            return depth
+        return np.zeros_like(depth)

@@ -136,12 +136,16 @@ def test_method_specs(corpus):
     assert type(method.depth).__name__ == "SourceFirst" and method.source.name == "prompt-lookup"
     assert method.depth.min_tokens == 1
     assert make_method("chain:4/single/first:3+lookup", 0.6, config)[0].depth.min_tokens == 3
+    policy = make_method("chain:4/single/first:1:4+lookup", 0.6, config)[0].depth
+    assert (policy.min_tokens, policy.backoff) == (1, 4)
     for bad, match in [
         ("binary:2", "TREE/VERIFIER"),
         ("chain:2/rrs/fast", "policy"),
         ("chain:2/rrs/first", "a model tree and a \\+SOURCE"),
         ("none/topk/first+lookup", "a model tree and a \\+SOURCE"),
-        ("chain:2/rrs/first:x+lookup", "first:N takes an integer"),
+        ("chain:2/rrs/first:x+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
+        ("chain:2/rrs/first:1:2:3+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
+        ("chain:2/rrs/first:1:-1+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
         ("chain:2/rrs/first:0+lookup", "min_tokens must be an integer >= 1"),
         ("chain:2/rrs+web", "source"),
     ]:

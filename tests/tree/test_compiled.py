@@ -134,6 +134,52 @@ def test_source_first_steps_trace_and_give_the_static_steps_tokens(pair):
     assert {d for _, depths, _ in decodes[0] for d in depths} == {0, 2}
 
 
+@pytest.mark.parametrize(("temperature", "eos"), [(0.0, EOS), (0.8, None)])
+def test_source_first_backs_off_alike_on_both_paths(pair, temperature, eos):
+    """SourceFirst(backoff=2): the same tokens, depths and acceptances on the eager and the fast path. At
+    T = 0 a row stops at EOS after one step (the eager path drops it, the fast path keeps it masked: the
+    policy's state must not see it); at T = 0.8 steps of chains alone are rejected whole and the policy
+    holds the chains back for the next two steps. (Sampling takes the same uniforms on both paths only while
+    they hold the same rows: the sampled case compares the steps before the first row ends.)"""
+    target, draft = pair
+    prompts = [[3, 1, 4, 3, 1, 4, 3, 1, 4], [2, 5, 2, 5, 2, 5, 2, 5]] + ([PROMPTS[2]] if eos else [])
+    outs = {}
+    for path in (False, "none"):
+        dec = TreeDecoder(
+            target,
+            draft,
+            Tree.kary([2, 1]),
+            verifier="rrs",
+            temperature=temperature,
+            source=PromptLookup(),
+            retrieve=(1, 4),
+            depth=SourceFirst(backoff=2),
+            eos_token_id=eos,
+            compile=path,
+        )
+        outs[path] = dec.generate_batch(prompts, 40, torch.Generator().manual_seed(8))
+    n = (
+        min(o.steps for o in outs[False]) if temperature else None
+    )  # the steps while both paths hold every row
+
+    def head(o):
+        return o.tokens[: sum(o.tokens_per_step[:n])].tolist(), o.depth_per_step[:n], o.accepted_per_step[:n]
+
+    assert [head(o) for o in outs[False]] == [head(o) for o in outs["none"]]
+    if eos:
+        assert outs[False][2].stopped_by_eos and outs[False][2].steps == 1
+        return
+    held, contexts = 0, [list(p) for p in prompts]  # steps where every row's source proposed, yet drafted
+    for i in range(n):
+        proposed = all(
+            max(map(len, (c.tokens for c in PromptLookup().propose(x, 1, 4))), default=0) for x in contexts
+        )
+        held += proposed and outs[False][0].depth_per_step[i] > 0
+        for x, o in zip(contexts, outs[False], strict=True):
+            x += o.tokens[sum(o.tokens_per_step[:i]) : sum(o.tokens_per_step[: i + 1])].tolist()
+    assert held >= 2
+
+
 @pytest.mark.parametrize("lag", [1, 2, 4])
 @pytest.mark.parametrize("temperature", [0.0, 1e-3, 0.8])
 def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(

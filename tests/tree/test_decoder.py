@@ -279,13 +279,14 @@ def test_greedy_with_training_free_sources_equals_target_generate(with_model):
 
 
 @pytest.mark.parametrize("path", [False, "none"], ids=["eager", "fast"])
-@pytest.mark.parametrize("min_tokens", [1, 3])
-def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(path, min_tokens):
+@pytest.mark.parametrize(("min_tokens", "backoff"), [(1, 0), (3, 0), (1, 2)])
+def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(path, min_tokens, backoff):
     """SourceFirst: a step drafts the source's chains alone (depth 0, no draft forward: the draft reads
     those tokens at its next step, on the fast path at the latest when its buffer is full) exactly where
-    the source proposed at least min_tokens tokens, the whole tree otherwise; greedy output stays the
-    target's. The draft is the target itself, so a model step whose path leaves the source's chain accepts
-    the whole model chain: the draft's cache stays right across depth-0 steps."""
+    the source proposed at least min_tokens tokens and no step of chains alone was rejected whole in the
+    last ``backoff`` steps, the whole tree otherwise; greedy output stays the target's. The draft is the
+    target itself, so a model step whose path leaves the source's chain accepts the whole model chain: the
+    draft's cache stays right across depth-0 steps."""
     from mdsd.drafters import PromptLookup
 
     target = tiny_lm(5, vocab=32)
@@ -297,14 +298,14 @@ def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(pa
         temperature=0,
         source=PromptLookup(),
         retrieve=(1, 5),
-        depth=SourceFirst(min_tokens),
+        depth=SourceFirst(min_tokens, backoff),
         compile=path,
     )
-    depths = set()
+    depths, held_back = set(), 0
     for prompt in prompts:
         out = dec.generate(torch.tensor([prompt]), 30)
         assert out.tokens.tolist() == _reference(target, torch.tensor([prompt]), 30).tolist()
-        lookup, context = PromptLookup(), list(prompt)
+        lookup, context, cooling = PromptLookup(), list(prompt), 0
         for depth, emitted, accepted, retrieved in zip(
             out.depth_per_step,
             out.tokens_per_step,
@@ -313,7 +314,9 @@ def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(pa
             strict=True,
         ):
             proposed = max((len(c.tokens) for c in lookup.propose(context, 1, 5)), default=0)
-            assert depth == (0 if proposed >= min_tokens else 3)
+            assert depth == (0 if proposed >= min_tokens and not cooling else 3)
+            held_back += bool(proposed >= min_tokens and cooling)
+            cooling = backoff if depth == 0 and accepted == 0 else max(cooling - 1, 0)
             whole = emitted == accepted + 1 and len(context) + emitted < 30 + len(prompt)  # not cut short
             if depth and not retrieved and whole:
                 assert accepted == 3  # the draft, the target itself, saw every token before
@@ -322,7 +325,7 @@ def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(pa
         chains_only = out.depth_per_step.count(0)
         model = 3 * (out.steps - chains_only)  # the pending block, then depths 1 and 2
         assert model <= out.draft_forwards <= model + (chains_only if path else 0)  # catching up
-    assert depths == {0, 3}
+    assert depths == {0, 3} and (held_back > 0) == (backoff > 0)
 
 
 def test_source_first_needs_a_source_and_a_tree(pair):
@@ -335,6 +338,9 @@ def test_source_first_needs_a_source_and_a_tree(pair):
         TreeDecoder(target, None, None, depth=SourceFirst(), source=PromptLookup())
     with pytest.raises(ValueError, match="min_tokens"):
         SourceFirst(0)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="backoff must be an integer >= 0"):
+            SourceFirst(backoff=bad)
     with pytest.raises(ValueError, match="reads the proposals on the host"):
         TreeDecoder(
             target,
