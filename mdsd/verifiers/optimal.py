@@ -60,7 +60,8 @@ __all__ = ["OptimalVerifier", "FLOW_TUPLES", "FLOW_ENTRIES", "flow_rule"]
 FLOW_TUPLES = 20_000  # largest network (draft tuples) solved for an exact flow; without replacement only
 FLOW_ENTRIES = 1 << 26  # ... and, without replacement, at most this many tuple × vocabulary entries
 _MAXFLOW_TUPLES = 2_000  # max-flow (networkx) up to this many tuples, the LP (HiGHS) above
-SAME_PAIR_RTOL = 1e-12  # relative difference within which two normalised vectors share a Luce rule
+SAME_PAIR_RTOL = 1e-14  # relative difference within which two normalised vectors share a Luce rule (below
+# the law's quadrature error, 1e-13; normalising by two different sums moves entries by a few ulps)
 _LAWS = {"iid": IID, "wor": WithoutReplacement, "without_replacement": WithoutReplacement}  # law names
 
 
