@@ -87,6 +87,7 @@ class Config:
             "results/source_first_greedy/draft_sources.json",
             "results/source_first_humaneval/draft_sources.json",
             "results/source_first_min_tokens/draft_sources.json",
+            "results/source_first_backoff/draft_sources.json",
         ),
         metadata={"help": "measured tokens per target forward"},
     )

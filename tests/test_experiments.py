@@ -445,6 +445,7 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
             "source_first_greedy",
             "source_first_humaneval",
             "source_first_min_tokens",
+            "source_first_backoff",
         )
         for m in json.loads((results / folder / "draft_sources.json").read_text())["rows"]
     }
