@@ -134,15 +134,13 @@ def test_source_first_steps_trace_and_give_the_static_steps_tokens(pair):
     assert {d for _, depths, _ in decodes[0] for d in depths} == {0, 2}
 
 
-@pytest.mark.parametrize(("temperature", "eos"), [(0.0, EOS), (0.8, None)])
-def test_source_first_backs_off_alike_on_both_paths(pair, temperature, eos):
-    """SourceFirst(backoff=2): the same tokens, depths and acceptances on the eager and the fast path. At
-    T = 0 a row stops at EOS after one step (the eager path drops it, the fast path keeps it masked: the
-    policy's state must not see it); at T = 0.8 steps of chains alone are rejected whole and the policy
-    holds the chains back for the next two steps. (Sampling takes the same uniforms on both paths only while
-    they hold the same rows: the sampled case compares the steps before the first row ends.)"""
+SOURCE_FIRST_PROMPTS = [[3, 1, 4, 3, 1, 4, 3, 1, 4], [2, 5, 2, 5, 2, 5, 2, 5]]  # lookup proposes early
+
+
+def _source_first_decodes(pair, prompts, temperature, policy, seed, **options):
+    """{False: the eager path's outputs, "none": the fast path's} of a k-ary [2, 1] tree with prompt lookup's
+    chains (1 × 4) under the depth policy ``policy``, 40 new tokens per prompt."""
     target, draft = pair
-    prompts = [[3, 1, 4, 3, 1, 4, 3, 1, 4], [2, 5, 2, 5, 2, 5, 2, 5]] + ([PROMPTS[2]] if eos else [])
     outs = {}
     for path in (False, "none"):
         dec = TreeDecoder(
@@ -153,14 +151,25 @@ def test_source_first_backs_off_alike_on_both_paths(pair, temperature, eos):
             temperature=temperature,
             source=PromptLookup(),
             retrieve=(1, 4),
-            depth=SourceFirst(backoff=2),
-            eos_token_id=eos,
+            depth=policy,
             compile=path,
+            **options,
         )
-        outs[path] = dec.generate_batch(prompts, 40, torch.Generator().manual_seed(8))
-    n = (
-        min(o.steps for o in outs[False]) if temperature else None
-    )  # the steps while both paths hold every row
+        outs[path] = dec.generate_batch(prompts, 40, torch.Generator().manual_seed(seed))
+    return outs
+
+
+@pytest.mark.parametrize(("temperature", "eos"), [(0.0, EOS), (0.8, None)])
+def test_source_first_backs_off_alike_on_both_paths(pair, temperature, eos):
+    """SourceFirst(backoff=2): the same tokens, depths and acceptances on the eager and the fast path. At
+    T = 0 a row stops at EOS after one step (the eager path drops it, the fast path keeps it masked: the
+    policy's state must not see it); at T = 0.8 steps of chains alone are rejected whole and the policy
+    holds the chains back for the next two steps. (Sampling takes the same uniforms on both paths only while
+    they hold the same rows: the sampled case compares the steps before the first row ends.)"""
+    prompts = SOURCE_FIRST_PROMPTS + ([PROMPTS[2]] if eos else [])
+    outs = _source_first_decodes(pair, prompts, temperature, SourceFirst(backoff=2), seed=8, eos_token_id=eos)
+    # the steps while both paths hold every row
+    n = min(o.steps for o in outs[False]) if temperature else None
 
     def head(o):
         return o.tokens[: sum(o.tokens_per_step[:n])].tolist(), o.depth_per_step[:n], o.accepted_per_step[:n]
@@ -190,22 +199,7 @@ def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
     block), or catches up in a chains-only step that would overflow the buffer (LAG = 1: every time). The
     same tokens, depths and acceptances as the eager path, which always leaves the draft behind."""
     monkeypatch.setattr(FastPath, "LAG", lag)
-    target, draft = pair
-    prompts = [[3, 1, 4, 3, 1, 4, 3, 1, 4], [2, 5, 2, 5, 2, 5, 2, 5]]
-    outs = {}
-    for path in (False, "none"):
-        dec = TreeDecoder(
-            target,
-            draft,
-            Tree.kary([2, 1]),
-            verifier="rrs",
-            temperature=temperature,
-            source=PromptLookup(),
-            retrieve=(1, 4),
-            depth=SourceFirst(),
-            compile=path,
-        )
-        outs[path] = dec.generate_batch(prompts, 40, torch.Generator().manual_seed(6))
+    outs = _source_first_decodes(pair, SOURCE_FIRST_PROMPTS, temperature, SourceFirst(), seed=6)
     for eager, fast in zip(outs[False], outs["none"], strict=True):
         assert (eager.tokens.tolist(), eager.depth_per_step, eager.accepted_per_step) == (
             fast.tokens.tolist(),
