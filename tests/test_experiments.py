@@ -437,17 +437,10 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
     methods = {r["method"] for r in rows}
     assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
-    results = EXPERIMENTS.parent / "results"
-    measured = {  # the source-first runs' rows, for their measured draft forwards
-        (folder, m["dataset"], m["method"]): m
-        for folder in (
-            "source_first",
-            "source_first_greedy",
-            "source_first_humaneval",
-            "source_first_min_tokens",
-            "source_first_backoff",
-        )
-        for m in json.loads((results / folder / "draft_sources.json").read_text())["rows"]
+    measured = {  # every predicted run's rows, for the source-first runs' measured draft forwards
+        (Path(result).parent.name, m.get("dataset", ""), m["method"]): m
+        for result in config.results
+        for m in json.loads((EXPERIMENTS.parent / result).read_text())["rows"]
     }
     for r in rows:
         plan = plan_of(r["method"], r["temperature"], (1, 8) if r["source"] == "batch_efficiency" else (2, 8))
