@@ -165,9 +165,8 @@ class SourceFirst(DepthPolicy):
     reads_proposals: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        for name in ("min_tokens", "backoff"):
+        for name, least in (("min_tokens", 1), ("backoff", 0)):
             value = getattr(self, name)
-            least = 1 if name == "min_tokens" else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self._cooling = 0  # steps left that draft the whole tree after a failed step of chains alone

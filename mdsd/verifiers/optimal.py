@@ -96,7 +96,7 @@ def _pieces(p: bytes, q: bytes, k: int) -> tuple[np.ndarray, dict[int, list[tupl
 
 def _same_vector(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether a and b differ by at most :data:`SAME_PAIR_RTOL` relatively in every entry (so share zeros)."""
-    return a.shape == b.shape and bool(np.all(np.abs(a - b) <= SAME_PAIR_RTOL * np.abs(b)))
+    return a.shape == b.shape and np.allclose(a, b, rtol=SAME_PAIR_RTOL, atol=0.0)
 
 
 def _tuple_count(n: int, law: DraftLaw) -> float:
