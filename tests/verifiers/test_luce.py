@@ -263,12 +263,18 @@ def test_a_pair_normalised_two_ways_shares_its_luce_rule():
     one rule, solved once; a pair 1e-9 away, or with one more zero, gets its own."""
     rng = np.random.default_rng(4)
     p, q = rng.dirichlet(np.full(60, 0.3)), np.r_[np.zeros(5), rng.dirichlet(np.full(55, 0.3))]
+    p[[3, 9]], q[[8, 20]] = 1e-300, 1e-300  # tiny entries are compared relatively too
+    p, q = p / p.sum(), q / q.sum()
     v = OptimalVerifier(3, law="wor")
     rule = v.luce(p, q)
     v.simulate(torch.from_numpy(p), torch.from_numpy(q), 10, seed=0)
     v.acceptance(p, q)
     assert v.luce(np.nextafter(p, 1.0), q) is rule
     assert v.luce(p * (1 + 1e-9 * rng.standard_normal(60)), q) is not rule
+    rule = v.luce(p, q)
+    tiny = p.copy()
+    tiny[3] *= 2.0  # 1e-300 -> 2e-300: another pair, however small the entry
+    assert v.luce(tiny, q) is not rule
     rule = v.luce(p, q)
     p[7] = 0.0
     assert v.luce(p / p.sum(), q) is not rule
