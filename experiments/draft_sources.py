@@ -31,7 +31,8 @@ and on tokens/s, and which loses.
     # results/source_first_humaneval: the same on 10 HumanEval prompts (--datasets humaneval
     # --prompts-per-set 10); results/source_first_min_tokens: source first requiring chains of 2 and 4
     # tokens (--methods chain:4/single/first:2+lookup chain:4/single/first:4+lookup), 9 minutes;
-    # results/source_first_backoff: backing off 1 and 4 steps after a rejected chain (first:1:1, first:1:4)
+    # results/source_first_backoff: backing off 1 and 4 steps after a rejected chain (--methods
+    # chain:4/single/first:1:1+lookup chain:4/single/first:1:4+lookup), 10 minutes
     # on a GPU:
     python experiments/draft_sources.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 20 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/draft_sources_gpu
