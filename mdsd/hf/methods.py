@@ -219,7 +219,8 @@ def run_method(
     over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick tiny pair); the row of
     :func:`mdsd.hf.compare` with the spec, Sequoia's prediction, the share of accepted tokens a source
     proposed, the share of steps that drafted with the model (below 1 under an adaptive depth policy that
-    may draft depth 0) and the per-prompt counts."""
+    may draft depth 0), the drafting steps that read the draft's whole buffer (the fast path after
+    chains-only steps) and the per-prompt counts."""
     from mdsd.hf.comparison import compare
 
     torch.set_num_threads(config.threads)
@@ -240,6 +241,7 @@ def run_method(
         "model_step_share": (
             float(np.mean(np.array(depths) > 0)) if depths and getattr(method, "tree", None) else None
         ),
+        "draft_buffer_reads": sum(getattr(o, "draft_buffer_reads", 0) for o in outputs),
         "per_prompt": [
             {
                 "tokens": r.tokens,

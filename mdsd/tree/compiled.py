@@ -148,6 +148,7 @@ class FastPath:
         sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
         prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
         lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
+        one = self.block_widths()[0]  # a block that reads more is the draft's whole buffer
         while active.any():
             step_start = time.perf_counter()
             if on_host:
@@ -169,7 +170,8 @@ class FastPath:
             rows = np.flatnonzero(active)
             mine = summary.rows(rows)
             elapsed = time.perf_counter() - step_start
-            done = ledger.record(rows, mine, depths[rows], forwards, elapsed)
+            reads = int(depth > 0 and block[0] > one)  # a drafting step that reads the whole buffer
+            done = ledger.record(rows, mine, depths[rows], forwards, elapsed, reads)
             if policy is not None:
                 depths = policy.update(depths, summary.accepted, full)
             if on_host:

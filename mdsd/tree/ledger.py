@@ -41,6 +41,13 @@ class TreeDecodeOutput:
         Depth of the tree drafted at each step (below the tree's depth under an adaptive depth policy).
     draft_forwards : int
         Draft-model forward passes run while this prompt was decoded.
+    draft_buffer_reads : int
+        Drafting steps whose first draft forward read the draft's whole pending buffer
+        (:attr:`mdsd.tree.compiled.FastPath.LAG` blocks) instead of one block: on the fast path, under a
+        policy that may draft a source's chains alone, a drafting step after chains-only steps that left
+        more than a block of tokens. A cost model prices that forward at the buffer's width. (The draft
+        forwards of chains-only steps are catch-ups, which read the whole buffer, and the prompt's read by a
+        first step of chains alone.)
     step_seconds : list of float
         Wall time of each step (the whole batch's step), read between the steps' host synchronisations, so
         measuring it costs nothing on an accelerator.
@@ -59,6 +66,7 @@ class TreeDecodeOutput:
     retrieved_per_step: list[int]
     depth_per_step: list[int]
     draft_forwards: int
+    draft_buffer_reads: int
     step_seconds: list[float]
     timings: dict[str, float]
     stopped_by_eos: bool = False
@@ -78,17 +86,26 @@ class Ledger:
         self.tokens = np.full((rows, max_new_tokens), -1, dtype=np.int64)
         self.length = np.zeros(rows, dtype=np.int64)
         self.eos = np.zeros(rows, dtype=bool)
-        self._steps: list[tuple] = []  # (rows, tokens, accepted, retrieved, depths, forwards, seconds)
+        # (rows, tokens, accepted, retrieved, depths, forwards, buffer reads, seconds)
+        self._steps: list[tuple] = []
 
     def emitted(self, row: int) -> list[int]:
         """The tokens row ``row`` emitted so far."""
         return self.tokens[row, : self.length[row]].tolist()
 
     def record(
-        self, rows: np.ndarray, summary: Summary, depths: np.ndarray, forwards: int, seconds: float
+        self,
+        rows: np.ndarray,
+        summary: Summary,
+        depths: np.ndarray,
+        forwards: int,
+        seconds: float,
+        buffer_reads: int = 0,
     ) -> np.ndarray:
-        """Append a step of the original rows ``rows`` [B'] (the summary's rows, in order); return which of
-        them are done [B'] (an EOS token emitted, or ``max_new_tokens`` reached).
+        """Append a step of the original rows ``rows`` [B'] (the summary's rows, in order), which ran
+        ``forwards`` draft forwards in ``seconds`` (``buffer_reads``: 1 where it drafted reading the draft's
+        whole buffer);
+        return which of them are done [B'] (an EOS token emitted, or ``max_new_tokens`` reached).
 
         Raises ValueError where a model returned non-finite logits."""
         if summary.bad.any():
@@ -104,7 +121,9 @@ class Ledger:
         self.tokens[rows[r], self.length[rows[r]] + c] = summary.emitted[r, c]
         self.length[rows] += n
         self.eos[rows] = through <= n
-        self._steps.append((rows, n, summary.accepted, summary.retrieved, depths, forwards, seconds))
+        self._steps.append(
+            (rows, n, summary.accepted, summary.retrieved, depths, forwards, buffer_reads, seconds)
+        )
         return self.eos[rows] | (self.length[rows] == self.max_new_tokens)
 
     def outputs(self, timings: dict[str, float]) -> list[TreeDecodeOutput]:
@@ -112,11 +131,12 @@ class Ledger:
         rows = len(self.length)
         if self._steps:
             columns = [np.concatenate([step[i] for step in self._steps]) for i in range(5)]
-            forwards = np.concatenate([np.full(len(step[0]), step[5]) for step in self._steps])
-            seconds = np.concatenate([np.full(len(step[0]), step[6]) for step in self._steps])
+            forwards, reads, seconds = (
+                np.concatenate([np.full(len(step[0]), step[i]) for step in self._steps]) for i in (5, 6, 7)
+            )
         else:
             columns = [np.zeros(0, np.int64)] * 5
-            forwards, seconds = np.zeros(0, np.int64), np.zeros(0)
+            forwards, reads, seconds = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
         order = np.argsort(columns[0], kind="stable")  # steps grouped by row, in step order
         bounds = np.searchsorted(columns[0][order], np.arange(rows + 1))
         out = []
@@ -131,6 +151,7 @@ class Ledger:
                     retrieved_per_step=columns[3][mine].tolist(),
                     depth_per_step=columns[4][mine].tolist(),
                     draft_forwards=int(forwards[mine].sum()),
+                    draft_buffer_reads=int(reads[mine].sum()),
                     step_seconds=seconds[mine].tolist(),
                     timings=dict(timings),
                     stopped_by_eos=bool(self.eos[b]),

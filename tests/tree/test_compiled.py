@@ -197,9 +197,12 @@ def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
     """A SourceFirst step of the source's chains alone runs no draft forward; the fast path's draft reads
     the tokens it missed at its next drafting step (the whole buffer of LAG blocks where they exceed one
     block), or catches up in a chains-only step that would overflow the buffer (LAG = 1: every time). The
-    same tokens, depths and acceptances as the eager path, which always leaves the draft behind."""
+    same tokens, depths and acceptances as the eager path, which always leaves the draft behind. Drafting
+    steps that read the whole buffer are counted: they come right after chains-only steps (a drafting step
+    leaves at most one block)."""
     monkeypatch.setattr(FastPath, "LAG", lag)
     outs = _source_first_decodes(pair, SOURCE_FIRST_PROMPTS, temperature, SourceFirst(), seed=6)
+    wide = 0  # drafting steps that read the whole buffer
     for eager, fast in zip(outs[False], outs["none"], strict=True):
         assert (eager.tokens.tolist(), eager.depth_per_step, eager.accepted_per_step) == (
             fast.tokens.tolist(),
@@ -208,11 +211,18 @@ def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
         )
         chains_only = eager.depth_per_step.count(0)
         assert chains_only >= 3 and eager.draft_forwards == 2 * (eager.steps - chains_only)
+        assert eager.draft_buffer_reads == 0  # it reads what is pending, whatever its width
         extra = fast.draft_forwards - eager.draft_forwards  # the fast path's catch-up forwards
+        depths = fast.depth_per_step
+        after = sum(a == 0 < b for a, b in zip(depths, depths[1:], strict=False))  # drafting after chains
+        assert fast.draft_buffer_reads <= after
         if lag == 1:
-            assert extra == chains_only
+            assert extra == chains_only and fast.draft_buffer_reads == 0  # one block is the whole buffer
         else:
             assert extra < chains_only
+        wide += fast.draft_buffer_reads
+    if (lag, temperature) == (4, 0.8):  # this sample drafts after chains-only steps that left over a block
+        assert wide > 0
 
 
 @pytest.mark.parametrize("family", ["source", "retrieval alone"])
