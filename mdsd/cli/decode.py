@@ -12,7 +12,9 @@ Trees: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2
 draft model: the --source alone, or without one plain autoregressive decoding; --draft is then not needed).
 ``--adaptive grow`` truncates the tree each step at a depth set by Hugging Face's grow/shrink schedule;
 ``--adaptive first`` drafts with the model only in the steps where the ``--source`` proposed nothing (the
-source's chains alone in the others).
+source's chains alone in the others); ``first:N`` where it proposed fewer than N tokens, ``first:N:M`` also
+in the M steps after a step of chains alone that some prompt rejected whole
+(:class:`mdsd.tree.adaptive.SourceFirst`).
 ``--source`` adds a training-free draft source (``lookup``: prompt lookup; ``dictionary``: n-grams learnt
 while decoding; ``datastore``: the suffix-array index in ``--datastore``; several joined by ``,`` in priority
 order): each step it proposes ``--retrieve WIDTH DEPTH`` chains below the root, beside the model's tree.
@@ -68,8 +70,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--datastore", default="", help="datastore directory for --source datastore")
     parser.add_argument(
         "--adaptive",
-        choices=("none", "grow", "first"),
         default="none",
+        metavar="{none,grow,first[:N[:M]]}",
         help="adaptive draft depth (default: %(default)s)",
     )
     parser.add_argument(
@@ -148,10 +150,20 @@ def run(args: argparse.Namespace) -> int:
         source = make_source(args.source, args.datastore) if args.source else None
     except ValueError as err:
         raise ValueError(f"--source: {err}") from None
+    depth = None
+    if args.adaptive == "grow":
+        depth = GrowShrink()
+    elif args.adaptive.partition(":")[0] == "first":
+        try:
+            depth = SourceFirst.from_spec(args.adaptive)
+        except ValueError as err:
+            raise ValueError(f"--adaptive: {err}") from None
+    elif args.adaptive != "none":
+        raise ValueError(f"--adaptive must be none, grow or first[:N[:M]], got {args.adaptive!r}")
     alone = args.tree == "none"  # no draft model
-    if alone and args.adaptive != "none":
+    if alone and depth is not None:
         raise ValueError("--adaptive truncates the draft model's tree: give a --tree other than none")
-    if args.adaptive == "first" and source is None:
+    if isinstance(depth, SourceFirst) and source is None:
         raise ValueError(
             "--adaptive first drafts with the model where the source proposes nothing: give --source"
         )
@@ -179,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         target, draft = load_model(target_path, args.dtype, args.device), None
         tokenizer = load_tokenizer(target_path)
-    depth = {"grow": GrowShrink, "first": SourceFirst}.get(args.adaptive, lambda: None)()
     encoded = []
     for i, prompt in enumerate(prompts):
         ids = tokenizer.encode(prompt)

@@ -158,10 +158,10 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
         elif policy == "rate":
             depth = _rate_policy(tree, config, ExpectedRate)
         elif policy.partition(":")[0] == "first" and source_spec and tree is not None:
-            numbers = policy.split(":")[1:]
-            if len(numbers) > 2 or not all(n.isdigit() for n in numbers):
-                raise ValueError(f"method {spec!r}: first[:N[:M]] takes integers N >= 1 and M >= 0")
-            depth = SourceFirst(*map(int, numbers))
+            try:
+                depth = SourceFirst.from_spec(policy)
+            except ValueError as err:
+                raise ValueError(f"method {spec!r}: {err}") from None
         else:
             raise ValueError(
                 f"method {spec!r}: the policy must be grow, rate, or first (a model tree and a +SOURCE)"

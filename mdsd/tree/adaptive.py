@@ -164,6 +164,21 @@ class SourceFirst(DepthPolicy):
     backoff: int = 0
     reads_proposals: ClassVar[bool] = True
 
+    @classmethod
+    def from_spec(cls, spec: str) -> SourceFirst:
+        """The policy of a spec ``first[:N[:M]]`` (``min_tokens`` N, ``backoff`` M), as method specs and
+        ``mdsd decode --adaptive`` write it.
+
+        >>> SourceFirst.from_spec("first:1:4")
+        SourceFirst(min_tokens=1, backoff=4)
+        """
+        name, *numbers = spec.split(":")
+        if name != "first" or len(numbers) > 2 or not all(n.isdecimal() for n in numbers):
+            raise ValueError(
+                f"source first is written first[:N[:M]] with integers N >= 1 and M >= 0, got {spec!r}"
+            )
+        return cls(*map(int, numbers))
+
     def __post_init__(self) -> None:
         for name, least in (("min_tokens", 1), ("backoff", 0)):
             value = getattr(self, name)

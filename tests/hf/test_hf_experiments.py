@@ -143,9 +143,9 @@ def test_method_specs(corpus):
         ("chain:2/rrs/fast", "policy"),
         ("chain:2/rrs/first", "a model tree and a \\+SOURCE"),
         ("none/topk/first+lookup", "a model tree and a \\+SOURCE"),
-        ("chain:2/rrs/first:x+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
-        ("chain:2/rrs/first:1:2:3+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
-        ("chain:2/rrs/first:1:-1+lookup", "first\\[:N\\[:M\\]\\] takes integers"),
+        ("chain:2/rrs/first:x+lookup", "first\\[:N\\[:M\\]\\] with integers"),
+        ("chain:2/rrs/first:1:2:3+lookup", "first\\[:N\\[:M\\]\\] with integers"),
+        ("chain:2/rrs/first:1:-1+lookup", "first\\[:N\\[:M\\]\\] with integers"),
         ("chain:2/rrs/first:0+lookup", "min_tokens must be an integer >= 1"),
         ("chain:2/rrs+web", "source"),
     ]:

@@ -268,6 +268,8 @@ def test_decode_with_a_source_beside_a_tree(model_dirs, capsys):
     assert "1 prompt(s), single, chain:2+lookup 1x8: 6 tokens from" in capsys.readouterr().out
     assert main([*args, "--adaptive", "first"]) == 0
     assert "1 prompt(s), single, chain:2/first+lookup 1x8: 6 tokens from" in capsys.readouterr().out
+    assert main([*args, "--adaptive", "first:2:3"]) == 0  # a chain of 2 tokens at least; back off 3 steps
+    assert "1 prompt(s), single, chain:2/first:2:3+lookup 1x8: 6 tokens from" in capsys.readouterr().out
     assert main([*base, "--tree", "chain:2", "--prompt", "x", "--adaptive", "first"]) == 2
     err = capsys.readouterr().err
     assert "--adaptive first drafts with the model where the source proposes nothing" in err
@@ -281,6 +283,9 @@ def test_decode_refuses_bad_source_options_by_name(model_dirs, tmp_path, capsys)
         (["--source", "datastore"], "--source: source datastore needs a datastore directory"),
         (["--source", "lookup", "--retrieve", "0", "8"], "--retrieve takes WIDTH DEPTH, two integers >= 1"),
         (["--adaptive", "grow"], "--adaptive truncates the draft model's tree"),
+        (["--adaptive", "fast"], "--adaptive must be none, grow or first[:N[:M]], got 'fast'"),
+        (["--adaptive", "first:2:x"], "--adaptive: source first is written first[:N[:M]] with integers"),
+        (["--adaptive", "first:0"], "--adaptive: min_tokens must be an integer >= 1, got 0"),
         (["--compare"], "give --target and --draft"),  # HF assisted generation needs the draft
     ):
         assert main([*base, *extra]) == 2, extra
