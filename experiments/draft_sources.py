@@ -23,16 +23,16 @@ and on tokens/s, and which loses.
     python experiments/draft_sources.py --prompts-per-set 2 --max-new-tokens 48 \\
         --output-dir results/draft_sources
     # results/source_first (chain:4 with and without lookup, lookup alone, source first; the fast path,
-    # whose catch-up forwards the GPU predictions count; 2-core CPU, 25 minutes):
+    # whose catch-up forwards and buffer reads the GPU predictions count; 2-core CPU, 21 minutes):
     python experiments/draft_sources.py --methods chain:4/single none/topk+lookup chain:4/single+lookup \\
         chain:4/single/first+lookup --prompts-per-set 4 --max-new-tokens 64 --compile none \\
         --output-dir results/source_first
     # results/source_first_greedy: the same at T = 0 (--temperatures 0.0): every method emits the same text;
     # results/source_first_humaneval: the same on 10 HumanEval prompts (--datasets humaneval
     # --prompts-per-set 10); results/source_first_min_tokens: source first requiring chains of 2 and 4
-    # tokens (--methods chain:4/single/first:2+lookup chain:4/single/first:4+lookup), 9 minutes;
+    # tokens (--methods chain:4/single/first:2+lookup chain:4/single/first:4+lookup), 11 minutes;
     # results/source_first_backoff: backing off 1 and 4 steps after a rejected chain (--methods
-    # chain:4/single/first:1:1+lookup chain:4/single/first:1:4+lookup), 10 minutes
+    # chain:4/single/first:1:1+lookup chain:4/single/first:1:4+lookup), 11 minutes
     # on a GPU:
     python experiments/draft_sources.py --device cuda --dtype bfloat16 --threads 8 --prompts-per-set 20 \\
         --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/draft_sources_gpu
