@@ -20,12 +20,13 @@ For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup ov
 on the same profiles, and beside it the **bound** of the method's plan: the speedup if every drafted path
 were accepted whole (depth + 1 tokens per step; retrieved chains count at their depth), which only the
 draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
-A source-first method (``/first[:N]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture it
-ran: its measured share of steps that drafted with the model at the whole plan, each reading the draft's
-whole buffer (``FastPath.LAG`` blocks: what it reads after chains-only steps; an overestimate after a
-drafting step), the other steps at the source's chains alone (no draft forward), plus the catch-up forwards
-it measured (draft forwards beyond its drafting steps': the fast path's, over the whole buffer; none on the
-eager path).
+A source-first method (``/first[:N[:M]]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture
+it ran: its measured share of steps that drafted with the model at the whole plan, the measured number of
+them whose first draft forward read the draft's whole buffer (``FastPath.LAG`` blocks, after chains-only
+steps; ``draft_buffer_reads``) rather than one block, the other steps at the source's chains alone (no draft
+forward), plus the catch-up forwards it measured (draft forwards beyond its drafting steps': the fast path's,
+over the whole buffer; none on the eager path; a first step of chains alone reads the prompt, costed as one
+of them).
 Approximations, stated: another adaptive-depth method is costed at its full tree; a dynamic tree at its
 budget; the cache length is the prompts' mean plus half the budget. HF's methods are not mdsd's decoder and
 are left out.
@@ -194,11 +195,12 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
             static = stand_in.path != "eager"
             draft_tokens, target_tokens = step_forwards(plan, static=static)
             widest = max([*draft_tokens, target_tokens])  # new tokens of the step's widest forward
-            if share is not None:  # the draft's buffer, which a drafting step reads after chains-only steps
+            if share is not None:  # the draft's buffer, which drafting steps may read after chains alone
                 whole = FastPath.LAG * (plan.max_depth + 1) if static else draft_tokens[0]
                 caught = max(r["draft_forwards"] - len(draft_tokens) * share * r["target_forwards"], 0)
                 caught /= r["target_forwards"]  # catch-up forwards per step (the fast path's; eager: none)
-                widest = max(widest, whole)
+                wide = r["draft_buffer_reads"] / r["target_forwards"]  # drafting steps reading the buffer
+                widest = max(widest, whole) if wide or caught else widest
             for B in config.batches:
                 pred = mdsd.predict(
                     target,
@@ -214,7 +216,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                 step, ar = pred.step_seconds, pred.autoregressive_seconds
                 if share is not None:
                     read = stand_in.seconds(B, whole, config.context, extrapolate)  # the buffer, one forward
-                    drafting = step - stand_in.seconds(B, draft_tokens[0], config.context, extrapolate) + read
+                    block = stand_in.seconds(B, draft_tokens[0], config.context, extrapolate)
                     alone = mdsd.predict(
                         target,
                         stand_in,
@@ -226,7 +228,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                         overhead=overhead,
                         extrapolate=extrapolate,
                     ).step_seconds
-                    step = share * drafting + (1 - share) * alone + caught * read
+                    step = share * step + wide * (read - block) + (1 - share) * alone + caught * read
                 rows.append(
                     {
                         "source": Path(result).parent.name,
