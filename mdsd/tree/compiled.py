@@ -148,7 +148,7 @@ class FastPath:
         sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
         prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
         lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
-        one = self.block_widths()[0]  # a block that reads more is the draft's whole buffer
+        one = self.block_widths()[0]  # one pending block; a wider read is the draft's whole buffer
         while active.any():
             step_start = time.perf_counter()
             if on_host:

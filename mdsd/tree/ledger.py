@@ -45,9 +45,9 @@ class TreeDecodeOutput:
         Drafting steps whose first draft forward read the draft's whole pending buffer
         (:attr:`mdsd.tree.compiled.FastPath.LAG` blocks) instead of one block: on the fast path, under a
         policy that may draft a source's chains alone, a drafting step after chains-only steps that left
-        more than a block of tokens. A cost model prices that forward at the buffer's width. (The draft
-        forwards of chains-only steps are catch-ups, which read the whole buffer, and the prompt's read by a
-        first step of chains alone.)
+        more than a block of tokens. A cost model prices that forward at the buffer's width. Not counted:
+        the draft forwards of chains-only steps (catch-ups over the whole buffer, and the prompt's read
+        where a decode's first step is of chains alone).
     step_seconds : list of float
         Wall time of each step (the whole batch's step), read between the steps' host synchronisations, so
         measuring it costs nothing on an accelerator.
@@ -104,8 +104,8 @@ class Ledger:
     ) -> np.ndarray:
         """Append a step of the original rows ``rows`` [B'] (the summary's rows, in order), which ran
         ``forwards`` draft forwards in ``seconds`` (``buffer_reads``: 1 where it drafted reading the draft's
-        whole buffer);
-        return which of them are done [B'] (an EOS token emitted, or ``max_new_tokens`` reached).
+        whole buffer); return which of them are done [B'] (an EOS token emitted, or ``max_new_tokens``
+        reached).
 
         Raises ValueError where a model returned non-finite logits."""
         if summary.bad.any():

@@ -212,7 +212,7 @@ def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
         chains_only = eager.depth_per_step.count(0)
         assert chains_only >= 3 and eager.draft_forwards == 2 * (eager.steps - chains_only)
         assert eager.draft_buffer_reads == 0  # it reads what is pending, whatever its width
-        extra = fast.draft_forwards - eager.draft_forwards  # the fast path's catch-up forwards
+        extra = fast.draft_forwards - eager.draft_forwards  # catch-ups, and the prompt's read at step 1
         depths = fast.depth_per_step
         after = sum(a == 0 < b for a, b in zip(depths, depths[1:], strict=False))  # drafting after chains
         assert fast.draft_buffer_reads <= after
