@@ -148,7 +148,7 @@ class FastPath:
         sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
         prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
         lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
-        one = self.block_widths()[0]  # one pending block; a wider read is the draft's whole buffer
+        widths = self.block_widths()  # (one pending block, the draft's whole buffer)
         while active.any():
             step_start = time.perf_counter()
             if on_host:
@@ -162,7 +162,7 @@ class FastPath:
             if limited:
                 state.limit.copy_(torch.from_numpy(depths), non_blocking=True)
             state.active.copy_(torch.from_numpy(active), non_blocking=True)
-            block = self._block(depth, int(lagging[active].max()), prompts is not None)
+            block = self._block(depth, int(lagging[active].max()), prompts is not None, widths)
             packed, forwards = self._run(state, depth, limited, block, generator, prompts)
             prompts = None
             summary = Summary.read(packed)  # the step's one synchronisation
@@ -170,7 +170,7 @@ class FastPath:
             rows = np.flatnonzero(active)
             mine = summary.rows(rows)
             elapsed = time.perf_counter() - step_start
-            reads = int(depth > 0 and block[0] > one)  # a drafting step that reads the whole buffer
+            reads = int(depth > 0 and block[0] > widths[0])  # a drafting step that reads the whole buffer
             done = ledger.record(rows, mine, depths[rows], forwards, elapsed, reads)
             if policy is not None:
                 depths = policy.update(depths, summary.accepted, full)
@@ -255,12 +255,13 @@ class FastPath:
         lags = dec.draft is not None and policy is not None and policy.reads_proposals
         return one, one * (self.LAG if lags else 1)
 
-    def _block(self, depth: int, lagging: int, first: bool) -> tuple[int, bool]:
+    def _block(self, depth: int, lagging: int, first: bool, widths: tuple[int, int]) -> tuple[int, bool]:
         """(the width of the draft's block the step reads, whether it reads it where its plan draws no
         children) for a step of the plan of ``depth`` whose rows' draft blocks hold up to ``lagging`` real
-        tokens: a chains-only step leaves the block to a later step while the buffer has room for its
-        tokens; a step that reads reads one block where the tokens fit, the whole buffer otherwise."""
-        one, whole = self.block_widths()
+        tokens (``widths``: :meth:`block_widths`): a chains-only step leaves the block to a later step while
+        the buffer has room for its tokens; a step that reads reads one block where the tokens fit, the whole
+        buffer otherwise."""
+        one, whole = widths
         chains_only = self.decoder.draft is not None and depth == 0
         if chains_only and not first and lagging <= whole - one:
             return whole - one, False
