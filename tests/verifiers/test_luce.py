@@ -13,8 +13,9 @@ from test_verifier_statistics import ALPHA, g_test
 from verifier_cases import adversarial_pair
 
 import mdsd
+import mdsd.verifiers.luce_rule as luce_rule_module
 from mdsd.verifiers.luce import default_step, luce_hits, luce_law, quadrature_error
-from mdsd.verifiers.luce_rule import levels_of, luce_select
+from mdsd.verifiers.luce_rule import levels_of, luce_rule, luce_select
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.reference import draw_index
 from mdsd.verifiers.twostep import two_step
@@ -203,6 +204,35 @@ def test_verifier_kernel_matches_a_slow_loop():
                     else draw_index(np.maximum(p[row].numpy() - rule.law, 0.0), (ur - a) / (1 - a))
                 )
                 assert int(tokens[b, row]) == want
+
+
+def test_the_solver_stops_where_the_bins_cost_more_than_the_steps_left(monkeypatch):
+    """Where light tokens share weights by bins (forced here at n = 200 by a smaller MANY), the solver
+    stops at SETTLED · BIN_LOSS per binned level: in fewer steps than to TOLERANCE, and with an exact
+    acceptance within that distance of the longer solve's. Without bins both stop at TOLERANCE alike."""
+    rng, k = np.random.default_rng(0), 3
+    z = 3.0 * rng.standard_normal(200)
+    p, q = np.exp(z - z.max()), np.exp(z + rng.standard_normal(200) - z.max())
+    p, q = p / p.sum(), q / q.sum()
+    for many, binned in ((32, True), (luce_rule_module.MANY, False)):
+        monkeypatch.setattr(luce_rule_module, "MANY", many)
+        rules = []
+        for settled in (luce_rule_module.SETTLED, 0.0):
+            monkeypatch.setattr(luce_rule_module, "SETTLED", settled)
+            rules.append(luce_rule(p, q, k))
+        monkeypatch.undo()
+        (short, long), v = rules, OptimalVerifier(k, law="wor")
+        accepted = []
+        for rule in rules:
+            v._luce = lambda a, b, rule=rule: rule
+            accepted.append(v.acceptance(p, q))
+        if binned:
+            settled = luce_rule_module.SETTLED * luce_rule_module.BIN_LOSS
+            assert luce_rule_module.TOLERANCE < short.distance <= settled
+            assert short.iterations < long.iterations
+            assert abs(accepted[0] - accepted[1]) <= settled, (k, accepted)
+        else:
+            assert short.iterations == long.iterations and accepted[0] == accepted[1]
 
 
 def test_the_host_reference_is_not_the_fallbacks_for_the_luce_rule():
