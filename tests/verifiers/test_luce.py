@@ -283,7 +283,7 @@ def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails(
     assert g_test(tokens, p.numpy()) > ALPHA
     assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 200_000), (rate, alpha)
     broken = FirstDraftLuce(3, law="wor")
-    broken._luce_cache = v._luce_cache  # the same pair's rule (a minute's solve on a 2-core CPU)
+    broken._luce_cache = v._luce_cache  # the same pair's rule (15 s of solving on a 2-core CPU)
     tokens, _ = broken.simulate(p, q, 200_000, seed=2)
     assert g_test(tokens, p.numpy()) < ALPHA
 
