@@ -634,8 +634,8 @@ def luce_law(
     k : int
         Drafts per step.
     step : float, optional
-        Trapezoid step in log u and log t (default :func:`default_step`; coarser is cheaper, and ``error``
-        says by how much the law may then be off).
+        Trapezoid step in log u (default :func:`default_step`; coarser is cheaper, and ``error`` says by
+        how much the law may then be off). The step in log t is :data:`T_STEP` whatever this is.
     group : int
         Least number of light tokens of one (level, weight) summed as a group.
     only : ndarray of int, optional
