@@ -217,8 +217,8 @@ def test_the_solver_stops_where_the_bins_cost_more_than_the_steps_left(monkeypat
     for many, binned in ((32, True), (luce_rule_module.MANY, False)):
         monkeypatch.setattr(luce_rule_module, "MANY", many)
         rules = []
-        for settled in (luce_rule_module.SETTLED, 0.0):
-            monkeypatch.setattr(luce_rule_module, "SETTLED", settled)
+        for share in (luce_rule_module.SETTLED, 0.0):
+            monkeypatch.setattr(luce_rule_module, "SETTLED", share)
             rules.append(luce_rule(p, q, k))
         monkeypatch.undo()
         (short, long), v = rules, OptimalVerifier(k, law="wor")
@@ -227,10 +227,10 @@ def test_the_solver_stops_where_the_bins_cost_more_than_the_steps_left(monkeypat
             v._luce = lambda a, b, rule=rule: rule
             accepted.append(v.acceptance(p, q))
         if binned:
-            settled = luce_rule_module.SETTLED * luce_rule_module.BIN_LOSS
-            assert luce_rule_module.TOLERANCE < short.distance <= settled
+            stop = luce_rule_module.SETTLED * luce_rule_module.BIN_LOSS  # one binned level
+            assert luce_rule_module.TOLERANCE < short.distance <= stop
             assert short.iterations < long.iterations
-            assert abs(accepted[0] - accepted[1]) <= settled, (k, accepted)
+            assert abs(accepted[0] - accepted[1]) <= stop, accepted
         else:
             assert short.iterations == long.iterations and accepted[0] == accepted[1]
 
