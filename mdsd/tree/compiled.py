@@ -198,7 +198,10 @@ class FastPath:
             or state.target.capacity < capacity
             or state.target.temperature != dec.temperature  # the caches' forwards divide by it
         ):
-            self._steps = {}
+            # The old steps' graphs die with their state; their pool may outlive them (memory still held)
+            # with no graph using it, and CUDA's allocator refuses to capture into such a pool again (an
+            # internal assert, seen on an H200): the new state's graphs take a new pool.
+            self._steps, self._pool = {}, None
             target = StaticLM(dec.target, B, capacity, dec.temperature)
             draft = StaticLM(dec.draft, B, capacity, dec.temperature) if dec.draft is not None else None
             retrieved = context = context_len = None

@@ -496,3 +496,37 @@ def test_the_static_caches_tensors_share_no_memory(pair):
     assert len(tensors) >= 3
     storages = [t.untyped_storage().data_ptr() for t in tensors]
     assert len(set(storages)) == len(storages)
+
+
+def test_a_new_state_captures_its_steps_into_a_new_pool(pair, monkeypatch):
+    """The steps of one state share one memory pool; a decode that needs a new state (here a larger
+    capacity) drops the old steps and takes a new pool. CUDA's allocator refuses to capture into a pool
+    whose graphs are all gone while its memory is still held (an internal assert on an H200, when the pool
+    was kept). The CPU has no graphs: stand-ins record the pool each capture is given and run the step."""
+    from mdsd.tree import compiled
+
+    target, draft = pair
+    pools, made = [], []
+
+    def new_pool(backend):
+        made.append(object())
+        return made[-1]
+
+    def record(fn, pool):
+        pools.append(pool)
+        return fn
+
+    def decoder():
+        return TreeDecoder(target, draft, Tree.kary([2, 2]), "rrsw", temperature=0.8, compile="none")
+
+    reference = _decode(decoder())
+    monkeypatch.setattr(compiled, "graph_pool", new_pool)
+    monkeypatch.setattr(compiled, "_graph", record)
+    dec = decoder()
+    dec._fast_path.backend = "cudagraph"
+    assert _decode(dec) == reference  # the stand-in graphs run the same steps
+    first = len(pools)
+    assert first > 0 and set(pools) == {made[0]}  # one pool for the steps of one state
+    assert _decode(dec) == reference and len(pools) == first  # the same state: its steps are reused
+    dec.generate_batch(PROMPTS, 200)  # a larger capacity: a new state
+    assert len(made) == 2 and set(pools[first:]) == {made[1]}
