@@ -29,11 +29,11 @@ CUDA graph per batch size):
 * **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
   the end, so a step's host time does not grow with the batch. On an accelerator, from
-  :attr:`FastPath.TABLE_ROWS` rows on, a draft source that proposes on the device (``propose_table``, e.g.
-  :class:`mdsd.drafters.PromptLookup`) runs inside the step, over a token buffer of each row's context
-  that the step itself extends; other sources, smaller batches and every source on the CPU propose and
-  observe on the host, row by row, as on the eager path (``TreeDecoder(propose_inside=...)`` chooses
-  either way).
+  :attr:`FastPath.TABLE_ROWS` rows on (:attr:`FastPath.FUSED_TABLE_ROWS` with inductor), a draft source
+  that proposes on the device (``propose_table``, e.g. :class:`mdsd.drafters.PromptLookup`) runs inside
+  the step, over a token buffer of each row's context that the step itself extends; other sources,
+  smaller batches and every source on the CPU propose and observe on the host, row by row, as on the
+  eager path (``TreeDecoder(propose_inside=...)`` chooses either way).
 
 Every verifier whose kernels read nothing back on the models' vocabulary runs here (``sync_free``,
 :meth:`mdsd.verifiers.Verifier.reads_back`); the others need the eager path.
@@ -113,11 +113,13 @@ class FastPath:
     # about the cost of one block) instead of one forward per chains-only step.
     LAG = 4
 
-    # The batch from which a source's device table replaces its per-row host lookup on an accelerator. The
-    # host spends 30-60 µs a row (benchmarks/bench_lookup.py), during which the device waits for the step;
-    # the table is about 290 calls in the step (depth 8; benchmarks/bench_passes.py), about 0.5 ms replayed
-    # one kernel each. An estimate until a GPU times both (gpu_fast.py's lookup-host and lookup-device).
-    TABLE_ROWS = 16
+    # The batch from which a source's device table replaces its per-row host lookup on an accelerator
+    # (benchmarks/gpu_fast.py on an H200, 2026-11-28). Captured as eager kernels, the table (about 290 calls
+    # at depth 8) added 0.58 ms to a B = 1 lookup step and saved 0.57 ms at B = 64 against the host's rows:
+    # even at about 33 rows. Fused by inductor and captured, the table costs 0.06-0.4 ms at any batch, the
+    # host 35-120 µs a row (benchmarks/bench_lookup.py --device cuda): even at 2-4 rows.
+    TABLE_ROWS = 32
+    FUSED_TABLE_ROWS = 4
 
     def __init__(self, decoder, backend: str) -> None:
         for who, model in (("target", decoder.target), ("draft", decoder.draft)):
@@ -238,14 +240,15 @@ class FastPath:
     def proposes_inside(self, device: torch.device, rows: int) -> bool:
         """Whether the decoder's source proposes inside the step (its ``propose_table``) for a decode of
         ``rows`` rows on ``device``: the decoder's ``propose_inside`` if set, else on an accelerator from
-        :attr:`TABLE_ROWS` rows on (on the CPU the host is the device, and numpy's lookup row by row costs
-        less than the table there)."""
+        :attr:`TABLE_ROWS` rows on (:attr:`FUSED_TABLE_ROWS` where inductor fuses the table; on the CPU the
+        host is the device, and numpy's lookup row by row costs less than the table there)."""
         policy = self.decoder.depth_policy
         if not has_table(self.decoder.source) or (policy is not None and policy.reads_proposals):
             return False
         if self.decoder.propose_inside is not None:
             return self.decoder.propose_inside
-        return device.type != "cpu" and rows >= self.TABLE_ROWS
+        fused = self.backend.startswith("inductor")
+        return device.type != "cpu" and rows >= (self.FUSED_TABLE_ROWS if fused else self.TABLE_ROWS)
 
     # -- the step -----------------------------------------------------------------------------------------
 

@@ -100,8 +100,8 @@ class TreeDecoder:
         :class:`mdsd.drafters.PromptLookup`): True, inside the step, for the whole batch on the device (no
         host work per row, no read); False, on the host, row by row, between steps (as the eager path
         always does). None (default): inside on an accelerator from
-        :attr:`mdsd.tree.compiled.FastPath.TABLE_ROWS` rows on, on the host otherwise. Both give the same
-        proposals.
+        :attr:`mdsd.tree.compiled.FastPath.TABLE_ROWS` rows on (``FUSED_TABLE_ROWS`` with an inductor
+        backend), on the host otherwise. Both give the same proposals.
 
     Examples
     --------

@@ -265,13 +265,18 @@ def test_prompt_lookup_inside_the_step_proposes_what_the_host_does(pair, family,
 def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(pair):
     target, draft = pair
 
-    def fast(inside=None):
+    def fast(inside=None, compile="none"):
         return TreeDecoder(
-            target, None, None, temperature=0.5, source=PromptLookup(), compile="none", propose_inside=inside
+            target, None, None, temperature=0.5, source=PromptLookup(), compile=compile, propose_inside=inside
         )._fast_path
 
     gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), FastPath.TABLE_ROWS
     assert fast().proposes_inside(gpu, rows) and not fast().proposes_inside(gpu, rows - 1)
+    fused = fast(compile="inductor")  # the table fused: it pays from fewer rows on
+    assert FastPath.FUSED_TABLE_ROWS < rows and not fast().proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS)
+    assert fused.proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS)
+    assert not fused.proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS - 1)
+    assert not fused.proposes_inside(cpu, 4 * rows)
     assert not fast().proposes_inside(cpu, 4 * rows)
     assert fast(True).proposes_inside(cpu, 1)
     assert not fast(False).proposes_inside(gpu, 4 * rows)
