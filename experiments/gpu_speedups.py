@@ -4,7 +4,9 @@ Inputs, all in the repository:
 
 * two cost profiles (target, draft) measured on a GPU by :func:`mdsd.measure_profile`, of one decoder path:
   the fast path's (``benchmarks/gpu_fast.py``'s ``profiles`` section) or the eager path's; a folder with
-  the target's alone predicts only the methods that run no draft model (a draft source alone). Or, with
+  the target's alone predicts only the methods that run no draft model (a draft source alone); a forward
+  wider than the profile's widest (a source-first step reading the draft's whole buffer) continues its
+  last segment, and the rows that need it say so. Or, with
   ``--forwards``, the two models' captured forwards of ``gpu_fast.py``'s ``forwards`` section (B = 1 and 64,
   t = 1, 5 and 16 new tokens, one cache length) as a coarse pair of profiles: linear between those points,
   and beyond t = 16 the last segment continued (the rows whose widest forward reads more say so); with
@@ -178,7 +180,6 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
         folder = ROOT / config.profiles
         target = mdsd.CostProfile.load(folder / "target.json")
         draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
-    extrapolate = bool(config.forwards)
     overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
     stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
@@ -211,12 +212,12 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                     config.context,
                     tokens_per_step=e,
                     overhead=overhead,
-                    extrapolate=extrapolate,
+                    extrapolate=True,
                 )
                 step, ar = pred.step_seconds, pred.autoregressive_seconds
                 if share is not None:
-                    read = stand_in.seconds(B, whole, config.context, extrapolate)  # the buffer, one forward
-                    block = stand_in.seconds(B, draft_tokens[0], config.context, extrapolate)
+                    read = stand_in.seconds(B, whole, config.context, True)  # the buffer, one forward
+                    block = stand_in.seconds(B, draft_tokens[0], config.context, True)
                     alone = mdsd.predict(
                         target,
                         stand_in,
@@ -226,7 +227,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                         config.context,
                         tokens_per_step=1.0,
                         overhead=overhead,
-                        extrapolate=extrapolate,
+                        extrapolate=True,
                     ).step_seconds
                     step = share * step + wide * (read - block) + (1 - share) * alone + caught * read
                 rows.append(
@@ -262,7 +263,8 @@ def summary(
         f"tokens in {list(target.tokens)}; * : a forward of the step reads more than {target.tokens[-1]}, "
         "extrapolated)"
         if config.forwards
-        else config.profiles
+        else f"{config.profiles} (* : a forward of the step reads more than {target.tokens[-1]} new tokens, "
+        "extrapolated)"
     )
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",

@@ -410,6 +410,12 @@ def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profil
     assert free and all(m.startswith("none/") and "+" in m for m in free)
     assert alone == [r for r in both if r["method"] in free]
 
+    # the fast path's profiles stop at 32 new tokens; a source-first step may read the draft's whole buffer
+    # (4 blocks of 9): extrapolated, and only those rows say so
+    static, _, _, target = predictions(Config(profiles=str(eager.parent / "h200-static")))
+    wide = {r["method"] for r in static if r["extrapolated"]}
+    assert target.tokens[-1] < 36 and wide and all("/first" in m for m in wide)
+
 
 def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     """--forwards: gpu_fast.json's forwards section (B x t at one context) as the two profiles. With times
