@@ -116,8 +116,8 @@ class FastPath:
     # The batch from which a source's device table replaces its per-row host lookup on an accelerator
     # (benchmarks/gpu_fast.py on an H200, 2026-11-28). Captured as eager kernels, the table (about 290 calls
     # at depth 8) added 0.58 ms to a B = 1 lookup step and saved 0.57 ms at B = 64 against the host's rows:
-    # even at about 33 rows. Fused by inductor and captured, the table costs 0.06-0.4 ms at any batch, the
-    # host 35-120 µs a row (benchmarks/bench_lookup.py --device cuda): even at 2-4 rows.
+    # they break even near 33 rows. Fused by inductor and captured, the table costs 0.06-0.4 ms at any
+    # batch, the host 35-120 µs a row (benchmarks/bench_lookup.py --device cuda): even at 2-4 rows.
     TABLE_ROWS = 32
     FUSED_TABLE_ROWS = 4
 
