@@ -4,7 +4,7 @@
 # from the repository root, with the highspy cp312 wheel carried in .whl/, as two calls of under 10 minutes:
 #
 #   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, lookup, profiles  -> $OUT/gpu_fast.json
-#   bash benchmarks/gpu_session.sh 2    # fused forwards, fused steps, law and syncs, the optimal verifier
+#   bash benchmarks/gpu_session.sh 2    # syncs and law, fused forwards, fused steps, the optimal verifier
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
 # gpu_fast_checks.json, optimal_cuda.json (part 2) and the profiles profile_{target,draft}_static.json.
@@ -20,9 +20,9 @@ case "${1:-1}" in
     timeout 540 python3 benchmarks/gpu_fast.py env forwards decode hf lookup profiles
     ;;
 2)
+    GPU_FAST_RESULT=gpu_fast_checks.json timeout 60 python3 benchmarks/gpu_fast.py syncs law
     GPU_FAST_RESULT=gpu_fast_fused.json timeout 200 python3 benchmarks/gpu_fast.py env fused_forwards
     GPU_FAST_RESULT=gpu_fast_steps.json timeout 170 python3 benchmarks/gpu_fast.py env fused
-    GPU_FAST_RESULT=gpu_fast_checks.json timeout 60 python3 benchmarks/gpu_fast.py syncs law
     timeout 100 python3 benchmarks/bench_optimal.py --device cuda --batches 1,1024 --inductor 1,1024 \
         --name optimal_cuda --out-dir "$OUT"
     ;;
