@@ -258,13 +258,12 @@ def summary(
     rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config, target: mdsd.CostProfile
 ) -> str:
     kind = "inductor-compiled, captured" if config.fused else "captured"
+    star = f"* : a forward of the step reads more than {target.tokens[-1]}, extrapolated"
     where = (
         f"the {kind} forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
-        f"tokens in {list(target.tokens)}; * : a forward of the step reads more than {target.tokens[-1]}, "
-        "extrapolated)"
+        f"tokens in {list(target.tokens)}; {star})"
         if config.forwards
-        else f"{config.profiles} (* : a forward of the step reads more than {target.tokens[-1]} new tokens, "
-        "extrapolated)"
+        else f"{config.profiles} ({star})"
     )
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
