@@ -1,7 +1,7 @@
 """Prompt lookup for a batch: one table on the device (``propose_table``) against ``propose`` row by row.
 
 The decoder's fast path makes a source's proposals inside its step on an accelerator
-(:meth:`mdsd.drafters.PromptLookup.propose_table`: fixed shapes, no host read) and row by row on the host
+(:meth:`mdsd.sources.PromptLookup.propose_table`: fixed shapes, no host read) and row by row on the host
 on the CPU. This times both for B contexts in a [B, L] buffer (the step's context buffer, L its
 capacity): ``table_ms`` one call of ``propose_table`` (eager; ``--compiled``: also under
 ``torch.compile``, on CUDA captured in a CUDA graph as the step is), ``rows_ms`` B calls of ``propose``
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mdsd.drafters import PromptLookup
 from mdsd.experiment import config_from_cli, write_results
+from mdsd.sources import PromptLookup
 
 
 @dataclass

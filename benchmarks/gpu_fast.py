@@ -457,7 +457,7 @@ def lookup_tables(target, draft) -> dict:
     """Prompt lookup proposing inside the captured step (``propose_table``, the default on CUDA) against
     the same source proposing on the host row by row: the same sampled tokens under one generator."""
     from mdsd import Tree
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     row = {"verifier": "rrs", "source": "prompt-lookup, inside the step vs on the host"}
     try:

@@ -6,11 +6,11 @@ experiments/batch_efficiency.py (same prompts, seeds, budget, forward hooks; tok
 
 * ``model``: the draft model's trees (chain:4, binary:3 = 14 nodes, a Sequoia tree of 16 nodes);
 * ``lookup`` (prompt + output so far), ``datastore`` (a suffix array over the CPython standard library's
-  .py files and a transformers wheel's, 19.8 M Qwen tokens: ``python benchmarks/bench_drafters.py`` builds it
+  .py files and a transformers wheel's, 19.8 M Qwen tokens: ``python benchmarks/bench_sources.py`` builds it
   into the mdsd cache), ``dictionary`` (SPECTRA-style n-grams of the target's own accepted tokens): each
   alone, as ``--retrieve`` WIDTH chains of DEPTH deterministic tokens, verified exactly (a child is accepted
   iff the target's token is it);
-* mixed trees: the model's tree with retrieved chains beside its root children (mdsd.drafters.mixed), and the
+* mixed trees: the model's tree with retrieved chains beside its root children (mdsd.sources.mixed), and the
   share of accepted tokens that came from the source;
 * source first (``/first``): the source's chains alone in the steps where it proposed, the mixed tree in the
   others (mdsd.tree.adaptive.SourceFirst), and the share of steps that drafted with the model.
@@ -63,7 +63,7 @@ METHODS = (
     "binary:3/rrsw+datastore",
     "binary:3/rrsw+lookup,datastore",
 )
-DATASTORE = "datastores/cpython-stdlib-qwen2.5-coder"  # under the mdsd cache (benchmarks/bench_drafters.py)
+DATASTORE = "datastores/cpython-stdlib-qwen2.5-coder"  # under the mdsd cache (benchmarks/bench_sources.py)
 
 
 @dataclass(frozen=True)

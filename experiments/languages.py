@@ -90,9 +90,9 @@ def _language(name: str, config: Config, tokenizer) -> tuple[list[list[int]], li
 
 def run_language(task: dict, models, config: Config) -> list[dict]:
     """A sweep task: one language's acceptance table and decode comparison."""
-    from mdsd.drafters import Datastore
     from mdsd.hf import TreeMethod, compare
     from mdsd.hf.record import record_prompt
+    from mdsd.sources import Datastore
 
     torch.set_num_threads(config.threads)
     name, t = task["language"], config.temperature

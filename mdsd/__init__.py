@@ -4,7 +4,7 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import costs, data, drafters, hf
+from mdsd import costs, data, hf, sources
 from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
@@ -84,8 +84,8 @@ __all__ = [
     "traversal_tokens_per_step",
     # real data: prompt sets and the bundled corpus of real (p, q) pairs (mdsd.data.prompts, .real_pairs)
     "data",
-    # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.drafters)
-    "drafters",
+    # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.sources)
+    "sources",
     # real models: fetch, load, the tiny random pair, HF baselines (mdsd.hf; transformers imported lazily)
     "hf",
 ]

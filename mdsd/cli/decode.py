@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mdsd import TreeDecoder
-    from mdsd.drafters import make_source
     from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
+    from mdsd.sources import make_source
     from mdsd.tree.adaptive import GrowShrink, SourceFirst
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.validation import check_device

@@ -115,7 +115,7 @@ class TreeMethod:
     verifier: str = "spechub"
     depth: DepthPolicy | None = None
     label: str = ""
-    source: object | None = None  # a training-free draft source (mdsd.drafters); tree None: the source alone
+    source: object | None = None  # a training-free draft source (mdsd.sources); tree None: the source alone
     retrieve: tuple[int, int] = (1, 4)
     compile: bool | str = False  # the decoder's path (TreeDecoder(compile=...)): False eager, True fast
 

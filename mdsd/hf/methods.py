@@ -128,8 +128,8 @@ def split_spec(spec: str) -> tuple[str, str, str, str]:
 def make_method(spec: str, temperature: float, config: MethodsConfig):
     """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
     import mdsd
-    from mdsd.drafters import make_source
     from mdsd.hf.comparison import HFAssisted, TreeMethod
+    from mdsd.sources import make_source
     from mdsd.tree.adaptive import ExpectedRate, GrowShrink, SourceFirst
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.verifiers.registry import path_rule

@@ -30,7 +30,7 @@ CUDA graph per batch size):
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
   the end, so a step's host time does not grow with the batch. On an accelerator, from
   :attr:`FastPath.TABLE_ROWS` rows on (:attr:`FastPath.FUSED_TABLE_ROWS` with inductor), a draft source
-  that proposes on the device (``propose_table``, e.g. :class:`mdsd.drafters.PromptLookup`) runs inside
+  that proposes on the device (``propose_table``, e.g. :class:`mdsd.sources.PromptLookup`) runs inside
   the step, over a token buffer of each row's context that the step itself extends; other sources,
   smaller batches and every source on the CPU propose and observe on the host, row by row, as on the
   eager path (``TreeDecoder(propose_inside=...)`` chooses either way).
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mdsd.drafters.base import has_table
 from mdsd.sampling import UniformStream
+from mdsd.sources.base import has_table
 from mdsd.tree.draft import Pending
 from mdsd.tree.ledger import Ledger, TreeDecodeOutput
 from mdsd.tree.plan import Plan

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mdsd.drafters.base import has_table
 from mdsd.sampling import UniformStream
+from mdsd.sources.base import has_table
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.compiled import FastPath, backend_of
@@ -76,7 +76,7 @@ class TreeDecoder:
     depth : DepthPolicy or None
         Adaptive draft depth (:mod:`mdsd.tree.adaptive`): before every step each row drafts ``tree``
         truncated at the depth the policy chooses from its earlier steps. None: always the whole tree.
-    source : mdsd.drafters.Source or None
+    source : mdsd.sources.Source or None
         A training-free draft source (prompt lookup, datastore, dictionary, ...). Every step it proposes, from
         the row's context, up to ``retrieve[0]`` continuations of up to ``retrieve[1]`` tokens; they hang
         below the root as deterministic chains beside the model's children, whose drawn tokens then come
@@ -97,7 +97,7 @@ class TreeDecoder:
         greedy decoding gives the same tokens.
     propose_inside : bool or None
         Where the fast path's ``source`` proposes, when it has a ``propose_table`` (e.g.
-        :class:`mdsd.drafters.PromptLookup`): True, inside the step, for the whole batch on the device (no
+        :class:`mdsd.sources.PromptLookup`): True, inside the step, for the whole batch on the device (no
         host work per row, no read); False, on the host, row by row, between steps (as the eager path
         always does). None (default): inside on an accelerator from
         :attr:`mdsd.tree.compiled.FastPath.TABLE_ROWS` rows on (``FUSED_TABLE_ROWS`` with an inductor
@@ -137,7 +137,7 @@ class TreeDecoder:
             callable(getattr(source, "propose", None)) and hasattr(source, "observe")
         ):
             raise TypeError(
-                f"source must follow mdsd.drafters.Source (propose, observe), got {type(source).__name__}"
+                f"source must follow mdsd.sources.Source (propose, observe), got {type(source).__name__}"
             )
         if depth is not None and not isinstance(depth, DepthPolicy):
             raise TypeError(f"depth must be a DepthPolicy (mdsd.tree.adaptive), got {type(depth).__name__}")

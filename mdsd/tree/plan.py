@@ -8,7 +8,7 @@ numbered level by level, so every depth is a contiguous block and a parent prece
   verifier's law. Its nodes are fixed (a static :class:`~mdsd.tree.tree.Tree`) or chosen while drafting
   (``nodes=None``: the ``size`` most probable drafted nodes of a pool, EAGLE-2 style). Its children are fixed
   node indices. A group may also hold ``fixed`` deterministic children per node, placed before the random
-  ones: tokens proposed by a training-free source (:mod:`mdsd.drafters`), verified with the drawn ones by
+  ones: tokens proposed by a training-free source (:mod:`mdsd.sources`), verified with the drawn ones by
   :func:`mdsd.tree.step.verify_nodes` (docs/mathematics.md §2, mixed nodes).
 * **Retrieved chains** (``retrieval``, [width, depth] node indices) hang below the root: chain i is the i-th
   proposal of a source, one deterministic token per node. They follow the model's nodes in the numbering.

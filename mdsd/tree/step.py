@@ -269,7 +269,7 @@ def _verify_mixed(
     .. math:: \alpha = p(D) + \alpha_{\text{verifier}}(\tilde p, \tilde q),
 
     which for the optimal verifier is the optimum of the mixed law (docs/mathematics.md §2;
-    mdsd.drafters.mixed).
+    mdsd.sources.mixed).
     With no deterministic child (a source proposed nothing) p̃ = p.
     """
     f = e.group.fixed

@@ -18,7 +18,7 @@ from tiny_lms import perturbed, tiny_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
-from mdsd.drafters import Priority, PromptLookup
+from mdsd.sources import Priority, PromptLookup
 from mdsd.tree.adaptive import GrowShrink, SourceFirst
 from mdsd.tree.compiled import FastPath
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class

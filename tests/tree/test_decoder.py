@@ -256,7 +256,7 @@ def test_adaptive_depth_keeps_greedy_exact_and_adapts(policy, tree):
 
 @pytest.mark.parametrize("with_model", [True, False], ids=["mixed", "retrieval-only"])
 def test_greedy_with_training_free_sources_equals_target_generate(with_model):
-    from mdsd.drafters import Datastore, Priority, PromptLookup
+    from mdsd.sources import Datastore, Priority, PromptLookup
 
     target = tiny_lm(5, vocab=32)
     draft = perturbed(target, 0.3, seed=6) if with_model else None
@@ -287,7 +287,7 @@ def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(pa
     last ``backoff`` steps, the whole tree otherwise; greedy output stays the target's. The draft is the
     target itself, so a model step whose path leaves the source's chain accepts the whole model chain: the
     draft's cache stays right across depth-0 steps."""
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     target = tiny_lm(5, vocab=32)
     prompts = [[4, 9, 1, 4, 9, 1, 4, 9, 1], [3], [0, 31, 8, 0, 31, 8, 0]]
@@ -329,7 +329,7 @@ def test_source_first_drafts_with_the_model_only_where_the_source_falls_short(pa
 
 
 def test_source_first_needs_a_source_and_a_tree(pair):
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     target, draft = pair
     with pytest.raises(ValueError, match="give both a source and a tree"):
@@ -357,7 +357,7 @@ def test_source_first_needs_a_source_and_a_tree(pair):
 def test_a_source_alone_samples_the_same_tokens_whatever_the_verifier(path):
     """Without a model tree the source's chains are deterministic drafts, verified by one rule whatever the
     verifier's name (mdsd decode --tree none names none): sampled tokens equal under one seed."""
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     target = tiny_lm(0, vocab=12)
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]

@@ -185,7 +185,7 @@ class _Table:
         self.seen = 0
 
     def propose(self, context, width, depth):
-        from mdsd.drafters import Continuation
+        from mdsd.sources import Continuation
 
         t = context[-1]
         rows = [

@@ -122,7 +122,7 @@ def test_the_fast_path_reads_the_host_once_per_step(models, name):
 def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models, monkeypatch):
     """With the source's proposals made inside the step (``propose_table``), a step still reads the host
     once, and nothing is proposed or observed on the host."""
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     def refuse(*args):
         raise AssertionError("the host proposed or observed")
@@ -149,7 +149,7 @@ def test_prompt_lookup_inside_the_fast_step_reads_nothing_more(models, monkeypat
 def test_source_first_reads_the_host_once_per_step(models):
     """SourceFirst chooses each step's plan from the host's proposals: still one read per step, with the
     chains-only steps that leave the draft behind and the drafting steps that read its whole buffer."""
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
     from mdsd.tree.adaptive import SourceFirst
 
     target, draft = models
@@ -217,7 +217,7 @@ def test_every_tensor_made_in_the_loop_names_its_device(models, name):
 
 
 def test_the_fast_step_with_prompt_lookup_names_its_devices(models):
-    from mdsd.drafters import PromptLookup
+    from mdsd.sources import PromptLookup
 
     target, draft = models
     dec = TreeDecoder(

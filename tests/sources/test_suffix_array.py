@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mdsd.drafters import suffix_array, suffix_range
+from mdsd.sources import suffix_array, suffix_range
 
 
 def random_corpus(rng) -> np.ndarray:

@@ -9,10 +9,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mdsd.drafters.mixed import mixed_acceptance, mixed_law, mixed_optimum, phantom_target, restricted_draft
 from mdsd.laws import IID, Greedy, Hub, WithoutReplacement
 from mdsd.otm import solve_otm
 from mdsd.sampling import block_masses
+from mdsd.sources.mixed import mixed_acceptance, mixed_law, mixed_optimum, phantom_target, restricted_draft
 from mdsd.verifiers import VERIFIERS, verifier
 
 

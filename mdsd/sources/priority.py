@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from mdsd.drafters.base import Continuation, Source, check_request
+from mdsd.sources.base import Continuation, Source, check_request
 
 __all__ = ["Priority", "SOURCE_NAMES", "make_source"]
 
@@ -23,7 +23,7 @@ class Priority:
     continuations whose first token no earlier one has, until ``width`` are kept; scores are the
     sources' own (so they need not decrease across sources). ``observe`` goes to every source.
 
-    >>> from mdsd.drafters import PromptLookup, Datastore
+    >>> from mdsd.sources import PromptLookup, Datastore
     >>> both = Priority([PromptLookup(), Datastore.build([1, 2, 5, 1, 2, 6])])
     >>> [c.tokens for c in both.propose([1, 2, 7, 1, 2], width=3, depth=1)]
     [(7,), (5,), (6,)]
@@ -62,17 +62,17 @@ class Priority:
 
 
 def make_source(spec: str, datastore: str | os.PathLike = "") -> Source:
-    """The source a spec names: ``lookup`` (:class:`~mdsd.drafters.PromptLookup`), ``dictionary``
-    (:class:`~mdsd.drafters.Dictionary`, empty: it learns while decoding), ``datastore`` (the
-    :class:`~mdsd.drafters.Datastore` saved in the directory ``datastore``), or several joined by ``,`` in
+    """The source a spec names: ``lookup`` (:class:`~mdsd.sources.PromptLookup`), ``dictionary``
+    (:class:`~mdsd.sources.Dictionary`, empty: it learns while decoding), ``datastore`` (the
+    :class:`~mdsd.sources.Datastore` saved in the directory ``datastore``), or several joined by ``,`` in
     priority order (:class:`Priority`). Each call builds fresh sources.
 
     >>> make_source("lookup,dictionary").name
     'prompt-lookup+dictionary'
     """
-    from mdsd.drafters.datastore import Datastore
-    from mdsd.drafters.dictionary import Dictionary
-    from mdsd.drafters.prompt_lookup import PromptLookup
+    from mdsd.sources.datastore import Datastore
+    from mdsd.sources.dictionary import Dictionary
+    from mdsd.sources.prompt_lookup import PromptLookup
 
     if not isinstance(spec, str) or not spec:
         raise ValueError(
@@ -87,7 +87,7 @@ def make_source(spec: str, datastore: str | os.PathLike = "") -> Source:
         elif name == "datastore":
             if not datastore:
                 raise ValueError(
-                    "source datastore needs a datastore directory (mdsd drafters build ... --out DIR)"
+                    "source datastore needs a datastore directory (mdsd sources build ... --out DIR)"
                 )
             made.append(Datastore.load(datastore))
         else:

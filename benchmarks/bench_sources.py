@@ -15,7 +15,7 @@ really follows: hit rate (some proposal), top-1 (the best first token is the nex
 (some first token is), and the matched length of the best of the ``width`` chains (tokens a greedy
 verifier would accept if the target wrote exactly this text).
 
-Run:  python benchmarks/bench_drafters.py [--queries 2000] [--holdout 20]
+Run:  python benchmarks/bench_sources.py [--queries 2000] [--holdout 20]
 Writes benchmarks/results/drafters.json (+ .csv); the index goes to <mdsd cache>/datastores/.
 """
 
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from mdsd.data.wheels import cache_dir, download_wheels
-from mdsd.drafters import Datastore, Dictionary, PromptLookup, encode_text
 from mdsd.experiment import config_from_cli, write_results
+from mdsd.sources import Datastore, Dictionary, PromptLookup, encode_text
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from reference import rank
 
-from mdsd.drafters import (
+from mdsd.sources import (
     Continuation,
     Datastore,
     Dictionary,
@@ -16,7 +16,7 @@ from mdsd.drafters import (
     make_source,
     rank_continuations,
 )
-from mdsd.drafters.base import PAD, as_context, check_request
+from mdsd.sources.base import PAD, as_context, check_request
 
 
 def as_pairs(proposals: list[Continuation]):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mdsd.drafters.base import Continuation, as_context, check_request
+from mdsd.sources.base import Continuation, as_context, check_request
 
 __all__ = ["Dictionary", "NGramTables"]
 

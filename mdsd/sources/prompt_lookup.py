@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mdsd.drafters.base import PAD, Continuation, as_context, check_request, rank_continuations
+from mdsd.sources.base import PAD, Continuation, as_context, check_request, rank_continuations
 
 __all__ = ["PromptLookup"]
 
@@ -29,7 +29,7 @@ class PromptLookup:
 
     Each such occurrence contributes the continuation :math:`x_{p+1 : \min(p+1+\text{depth}, L)}`
     (it may run into the matched suffix itself). Rows are ordered most recent first (p descending)
-    and ranked by :func:`~mdsd.drafters.rank_continuations`: first tokens by how many occurrences
+    and ranked by :func:`~mdsd.sources.rank_continuations`: first tokens by how many occurrences
     they follow (``score`` = that count), ties to the most recent occurrence; below each, the
     greedy most frequent chain, ties again to the most recent. Frequency first follows SSSD's
     occurrence-weighted trees; recency breaks ties as in prompt lookup decoding's latest match.

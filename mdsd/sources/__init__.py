@@ -1,7 +1,7 @@
 """Training-free draft sources: the context itself, a corpus, n-gram tables learnt while decoding.
 
 Each source implements the :class:`Source` protocol (``propose(context, width, depth)`` and
-``observe(context)``, :mod:`mdsd.drafters.base`); its proposals are deterministic drafts.
+``observe(context)``, :mod:`mdsd.sources.base`); its proposals are deterministic drafts.
 
 * :class:`PromptLookup`: longest n-gram match in the prompt + output so far (prompt lookup; SSSD).
 * :class:`Datastore`: longest suffix match in a suffix-array index of a corpus (REST; SSSD).
@@ -12,12 +12,12 @@ Each source implements the :class:`Source` protocol (``propose(context, width, d
 as ``mdsd decode --source`` and the experiments' ``+SOURCE`` methods spell them.
 """
 
-from mdsd.drafters.base import Continuation, Source, rank_continuations
-from mdsd.drafters.datastore import SEPARATOR, Datastore, encode_text
-from mdsd.drafters.dictionary import Dictionary, NGramTables
-from mdsd.drafters.priority import SOURCE_NAMES, Priority, make_source
-from mdsd.drafters.prompt_lookup import PromptLookup
-from mdsd.drafters.suffix_array import suffix_array, suffix_range
+from mdsd.sources.base import Continuation, Source, rank_continuations
+from mdsd.sources.datastore import SEPARATOR, Datastore, encode_text
+from mdsd.sources.dictionary import Dictionary, NGramTables
+from mdsd.sources.priority import SOURCE_NAMES, Priority, make_source
+from mdsd.sources.prompt_lookup import PromptLookup
+from mdsd.sources.suffix_array import suffix_array, suffix_range
 
 __all__ = [
     "Continuation",

@@ -1,8 +1,8 @@
-"""``mdsd drafters``: build and inspect retrieval datastores for the training-free draft sources.
+"""``mdsd sources``: build and inspect retrieval datastores for the training-free draft sources.
 
-mdsd drafters build --corpus a.txt b.txt --tokenizer qwen2.5-coder --out DIR   # one document per file
-mdsd drafters build --heldout udhr-fra --tokenizer DIR --out DIR               # a prompt set's held-out text
-mdsd drafters info DIR                                                         # what an index holds
+mdsd sources build --corpus a.txt b.txt --tokenizer qwen2.5-coder --out DIR   # one document per file
+mdsd sources build --heldout udhr-fra --tokenizer DIR --out DIR               # a prompt set's held-out text
+mdsd sources info DIR                                                         # what an index holds
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("drafters", help="build and inspect draft-source datastores")
+    parser = subparsers.add_parser("sources", help="build and inspect draft-source datastores")
     actions = parser.add_subparsers(dest="action", required=True)
     build = actions.add_parser("build", help="tokenise a corpus and save its suffix-array datastore")
     source = build.add_mutually_exclusive_group(required=True)
@@ -45,8 +45,8 @@ def _tokenizer(spec: str, cache):
 
 
 def run(args: argparse.Namespace) -> int:
-    from mdsd.drafters import Datastore
     from mdsd.experiment import ensure_output_dir
+    from mdsd.sources import Datastore
 
     if args.action == "info":
         store = Datastore.load(args.directory)

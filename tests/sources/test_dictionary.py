@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 
-from mdsd.drafters import Dictionary, NGramTables
+from mdsd.sources import Dictionary, NGramTables
 
 
 def reference_tables(seq: list[int], n: int):

@@ -1,4 +1,4 @@
-"""``mdsd drafters build`` / ``info`` on a tiny corpus with a tiny Qwen2-style tokenizer (offline)."""
+"""``mdsd sources build`` / ``info`` on a tiny corpus with a tiny Qwen2-style tokenizer (offline)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mdsd.cli import main
-from mdsd.drafters import SEPARATOR, Datastore
+from mdsd.sources import SEPARATOR, Datastore
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_build_from_files_then_info(tmp_path, tokenizer_dir, capsys):
         files.append(tmp_path / f"doc{i}.txt")
         files[-1].write_text(text)
     out = tmp_path / "store"
-    args = ["drafters", "build", "--corpus", *map(str, files), "--tokenizer", str(folder), "--out", str(out)]
+    args = ["sources", "build", "--corpus", *map(str, files), "--tokenizer", str(folder), "--out", str(out)]
     assert main(args) == 0
     store = Datastore.load(out)
     ids = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
@@ -41,7 +41,7 @@ def test_build_from_files_then_info(tmp_path, tokenizer_dir, capsys):
     (best,) = store.propose(hello, width=1, depth=2)
     assert best.tokens == tuple(ids[1][len(hello) : len(hello) + 2]), "the corpus continues the text"
     assert "tokens from 2 documents" in capsys.readouterr().out
-    assert main(["drafters", "info", str(out)]) == 0
+    assert main(["sources", "info", str(out)]) == 0
     assert '"tokens": ' + str(len(store)) in capsys.readouterr().out
 
 
@@ -51,7 +51,7 @@ def test_build_from_a_prompt_set_s_heldout_text(tmp_path, tokenizer_dir, monkeyp
     folder, tokenizer = tokenizer_dir
     monkeypatch.setattr(prompts, "load_heldout", lambda name, cache=None: ["hello world", "the fox"])
     out = tmp_path / "store"
-    args = ["drafters", "build", "--heldout", "udhr-eng", "--tokenizer", str(folder), "--out", str(out)]
+    args = ["sources", "build", "--heldout", "udhr-eng", "--tokenizer", str(folder), "--out", str(out)]
     assert main(args + ["--sort-depth", "8"]) == 0
     store = Datastore.load(out)
     assert store.info["heldout"] == "udhr-eng" and store.sort_depth == 8 and store.max_ngram == 7
@@ -59,25 +59,25 @@ def test_build_from_a_prompt_set_s_heldout_text(tmp_path, tokenizer_dir, monkeyp
 
 
 def test_an_out_folder_that_cannot_be_written_fails_before_tokenising(tmp_path, capsys, monkeypatch):
-    import mdsd.cli.drafters as cli_drafters
+    import mdsd.cli.sources as cli_sources
 
     def no_work(*args, **kwargs):
         raise AssertionError("the corpus was tokenised before --out was checked")
 
-    monkeypatch.setattr(cli_drafters, "_tokenizer", no_work)
+    monkeypatch.setattr(cli_sources, "_tokenizer", no_work)
     corpus = tmp_path / "c.txt"
     corpus.write_text("x")
-    args = ["drafters", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", "/dev/null/x"]
+    args = ["sources", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", "/dev/null/x"]
     assert main(args) == 2
     assert (
         capsys.readouterr().err
-        == "mdsd drafters: error: --out /dev/null/x: cannot write there (Not a directory)\n"
+        == "mdsd sources: error: --out /dev/null/x: cannot write there (Not a directory)\n"
     )
 
 
 def test_bad_tokenizer_is_a_clean_error(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("x")
-    args = ["drafters", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", str(tmp_path / "o")]
+    args = ["sources", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", str(tmp_path / "o")]
     assert main(args) == 2
     assert "tokenizer must be a directory or one of" in capsys.readouterr().err

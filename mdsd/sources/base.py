@@ -13,11 +13,11 @@ The decoder calls, once per decoding step and row,
 
 A stateless source may also offer ``source.propose_table(tokens, lengths, width, depth)``: the same
 proposals for a whole batch as one ``[B, width, depth]`` tensor (-1 where none) computed on the tokens'
-device without reading anything back (:meth:`mdsd.drafters.PromptLookup.propose_table`). The decoder's
+device without reading anything back (:meth:`mdsd.sources.PromptLookup.propose_table`). The decoder's
 fast path (:mod:`mdsd.tree.compiled`) then makes them inside its captured step, over a device buffer of
 each row's context, and calls neither ``propose`` nor ``observe``.
 
-Counting sources (:class:`~mdsd.drafters.PromptLookup`, :class:`~mdsd.drafters.Datastore`) turn the
+Counting sources (:class:`~mdsd.sources.PromptLookup`, :class:`~mdsd.sources.Datastore`) turn the
 continuations that followed earlier occurrences of a matched n-gram into proposals with
 :func:`rank_continuations`.
 """

@@ -7,7 +7,7 @@ import pytest
 import torch
 from reference import rank
 
-from mdsd.drafters import PromptLookup
+from mdsd.sources import PromptLookup
 
 
 def brute_force(ctx: list[int], max_ngram: int, min_ngram: int, width: int, depth: int):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from reference import rank
 
-from mdsd.drafters import SEPARATOR, Datastore, encode_text
+from mdsd.sources import SEPARATOR, Datastore, encode_text
 
 
 def brute_force(tokens: list[int], ctx: list[int], opts: dict, sort_depth: int, width: int, depth: int):

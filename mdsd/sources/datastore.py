@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdsd.drafters.base import PAD, Continuation, as_context, check_request, rank_continuations
-from mdsd.drafters.suffix_array import suffix_array, suffix_range
+from mdsd.sources.base import PAD, Continuation, as_context, check_request, rank_continuations
+from mdsd.sources.suffix_array import suffix_array, suffix_range
 
 __all__ = ["Datastore", "SEPARATOR", "encode_text"]
 
@@ -65,7 +65,7 @@ class Datastore:
     cut at a separator or the end. If R > ``max_samples``, S = ``max_samples`` occurrences are used,
     taken at regular intervals of the sorted run, ``sa[lo + ⌊jR/S⌋]``, j = 0..S-1 (SSSD: sorted
     suffixes sampled evenly approximate the continuation law; REST keeps the first ones instead).
-    Ranking is :func:`~mdsd.drafters.rank_continuations` with rows in lexicographic order: first
+    Ranking is :func:`~mdsd.sources.rank_continuations` with rows in lexicographic order: first
     tokens by count (``score``, out of min(R, S)), ties to the smaller id; below each the greedy most
     frequent chain, ties to the smaller id. Lookup: O(log(m_max) · log R_1 · m_max) token compares
     (binary searches over m, each inside the run of the pattern's first token, R_1 long) plus
