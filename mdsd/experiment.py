@@ -41,6 +41,13 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
     switches ``--name`` / ``--no-name``.
     """
     parser = argparse.ArgumentParser(description=description or cls.__doc__)
+    add_config_arguments(parser, cls)
+    return config_from_args(cls, parser.parse_args(argv))
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add a flag ``--field-name`` to ``parser`` for every field of the dataclass ``cls`` (see
+    :func:`config_from_cli`)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
@@ -59,10 +66,14 @@ def config_from_cli(cls: type, argv: list[str] | None = None, description: str |
             parser.add_argument(flag, type=item, nargs="+", default=default, help=helptext)
         else:
             parser.add_argument(flag, type=kind, default=default, help=helptext)
-    args = vars(parser.parse_args(argv))
+
+
+def config_from_args(cls: type, args: argparse.Namespace):
+    """The ``cls`` instance of parsed flags (:func:`add_config_arguments`)."""
+    hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
-        value = args[f.name]
+        value = getattr(args, f.name)
         values[f.name] = tuple(value) if typing.get_origin(hints[f.name]) is tuple else value
     return cls(**values)
 

@@ -165,3 +165,22 @@ def check_device(device: object, name: str = "device") -> torch.device:
     elif resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"{name} 'mps': this torch sees no Apple GPU (mps)")
     return resolved
+
+
+def cpu_dtype(dtype: str, name: str = "--dtype") -> str:
+    """``dtype`` as a torch floating dtype's name; ``"auto"`` is bfloat16 on a CPU that computes in it
+    (the avx512_bf16 or amx_bf16 flags: there a bf16 matmul runs several times faster than float32) and
+    float32 elsewhere (without them bf16 is emulated, several times slower)."""
+    if dtype == "auto":
+        try:
+            with open("/proc/cpuinfo") as handle:
+                flags = handle.read()
+        except OSError:
+            flags = ""
+        return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else None
+    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+        raise ValueError(
+            f"{name} must be auto or a torch floating dtype's name (float32, bfloat16), got {dtype!r}"
+        )
+    return dtype
