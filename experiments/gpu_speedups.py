@@ -24,7 +24,7 @@ were accepted whole (depth + 1 tokens per step; retrieved chains count at their 
 draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
 A source-first method (``/first[:N[:M]]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture
 it ran: its measured share of steps that drafted with the model at the whole plan, the measured number of
-them whose first draft forward read the draft's whole buffer (``FastPath.LAG`` blocks, after chains-only
+them whose first draft forward read the draft's whole buffer (``CapturedRunner.LAG`` blocks, after chains-only
 steps; ``draft_buffer_reads``) rather than one block, the other steps at the source's chains alone (no draft
 forward), plus the catch-up forwards it measured (draft forwards beyond its drafting steps': the fast path's,
 over the whole buffer; none on the eager path; a first step of chains alone reads the prompt, costed as one
@@ -58,10 +58,10 @@ import numpy as np
 import mdsd
 from mdsd.costs import Overhead, step_forwards
 from mdsd.experiment import config_from_cli, output_dir, write_results
-from mdsd.hf.methods import acceptance_vector, split_spec
-from mdsd.tree.compiled import FastPath
+from mdsd.hf.methods import acceptance_vector
+from mdsd.tree.compiled import CapturedRunner
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
-from mdsd.tree.spec import parse_tree
+from mdsd.tree.spec import parse_method, parse_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,8 @@ def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
     """The plan a method drafts (None for HF's methods and for unknown specs)."""
     if spec.startswith("hf-"):
         return None
-    tree_spec, verifier, _, source = split_spec(spec)  # a depth policy, if any, is costed by the caller
+    method = parse_method(spec)  # a depth policy, if any, is costed by the caller
+    tree_spec, verifier, source = method.tree, method.verifier, method.source
     if tree_spec == "none":
         plan = None
     elif tree_spec.startswith("sequoia:"):
@@ -190,14 +191,14 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
             plan = plan_of(r["method"], r["temperature"], retrieve)
             if plan is None or (draft is None and step_forwards(plan)[0]):
                 continue  # HF's methods; without a draft profile, the methods that run the draft model
-            policy = split_spec(r["method"])[2]
+            policy = parse_method(r["method"]).policy
             share = r.get("model_step_share") if policy.partition(":")[0] == "first" else None
             e = min(r["tokens_per_forward"], plan.max_depth + 1)
             static = stand_in.path != "eager"
             draft_tokens, target_tokens = step_forwards(plan, static=static)
             widest = max([*draft_tokens, target_tokens])  # new tokens of the step's widest forward
             if share is not None:  # the draft's buffer, which drafting steps may read after chains alone
-                whole = FastPath.LAG * (plan.max_depth + 1) if static else draft_tokens[0]
+                whole = CapturedRunner.LAG * (plan.max_depth + 1) if static else draft_tokens[0]
                 caught = max(r["draft_forwards"] - len(draft_tokens) * share * r["target_forwards"], 0)
                 caught /= r["target_forwards"]  # catch-up forwards per step (the fast path's; eager: none)
                 wide = r["draft_buffer_reads"] / r["target_forwards"]  # drafting steps reading the buffer

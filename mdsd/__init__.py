@@ -89,3 +89,18 @@ __all__ = [
     # real models: fetch, load, the tiny random pair, HF baselines (mdsd.hf; transformers imported lazily)
     "hf",
 ]
+
+
+def _load_plugins() -> None:
+    """Import the modules named in ``$MDSD_PLUGINS`` (comma-separated): a draft law, verifier, draft source
+    or depth policy defined in a module of one's own registers itself when imported, and the API, ``mdsd``'s
+    commands and the experiments' method specs then find it by name."""
+    import importlib
+    import os
+
+    for name in os.environ.get("MDSD_PLUGINS", "").split(","):
+        if name.strip():
+            importlib.import_module(name.strip())
+
+
+_load_plugins()

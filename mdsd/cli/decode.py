@@ -71,8 +71,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--adaptive",
         default="none",
-        metavar="{none,grow,first[:N[:M]]}",
-        help="adaptive draft depth (default: %(default)s)",
+        metavar="{none,grow,first[:N[:M]],...}",
+        help="adaptive draft depth: none or a depth policy's spec (default: %(default)s)",
     )
     parser.add_argument(
         "--temperature",
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from mdsd import TreeDecoder
     from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
     from mdsd.sources import make_source
-    from mdsd.tree.adaptive import GrowShrink, SourceFirst
+    from mdsd.tree.adaptive import make_policy, policy_names
     from mdsd.tree.spec import compile_option, parse_tree
     from mdsd.validation import check_device
     from mdsd.verifiers.registry import check_name
@@ -151,21 +151,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--source: {err}") from None
     depth = None
-    if args.adaptive == "grow":
-        depth = GrowShrink()
-    elif args.adaptive.partition(":")[0] == "first":
+    if args.adaptive != "none":
+        if args.adaptive.partition(":")[0] not in policy_names():
+            raise ValueError(
+                f"--adaptive must be none or one of {', '.join(policy_names())}, got {args.adaptive!r}"
+            )
         try:
-            depth = SourceFirst.from_spec(args.adaptive)
+            depth = make_policy(args.adaptive)
         except ValueError as err:
             raise ValueError(f"--adaptive: {err}") from None
-    elif args.adaptive != "none":
-        raise ValueError(f"--adaptive must be none, grow or first[:N[:M]], got {args.adaptive!r}")
     alone = args.tree == "none"  # no draft model
     if alone and depth is not None:
         raise ValueError("--adaptive truncates the draft model's tree: give a --tree other than none")
-    if isinstance(depth, SourceFirst) and source is None:
+    if depth is not None and depth.reads_proposals and source is None:
         raise ValueError(
-            "--adaptive first drafts with the model where the source proposes nothing: give --source"
+            f"--adaptive {args.adaptive} drafts with the model where the source proposes nothing: "
+            "give --source"
         )
     needs_draft = not alone or args.compare  # --compare runs HF assisted generation with the draft
     if args.pair:

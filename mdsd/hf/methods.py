@@ -37,7 +37,6 @@ __all__ = [
     "MethodsConfig",
     "acceptance_vector",
     "make_method",
-    "split_spec",
     "real_prompts",
     "run_method",
     "sweep_methods",
@@ -112,81 +111,60 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
     return np.clip(np.diff(alphas), 0.0, 1.0).tolist()
 
 
-def split_spec(spec: str) -> tuple[str, str, str, str]:
-    """(TREE, VERIFIER, POLICY, SOURCE) of a spec ``TREE/VERIFIER[/POLICY][+SOURCE]``, '' where absent.
-
-    >>> split_spec("chain:4/single/first:3+lookup")
-    ('chain:4', 'single', 'first:3', 'lookup')
-    """
-    head, _, source = spec.partition("+")
-    parts = head.split("/")
-    if len(parts) not in (2, 3):
-        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
-    return parts[0], parts[1], parts[2] if len(parts) == 3 else "", source
-
-
 def make_method(spec: str, temperature: float, config: MethodsConfig):
-    """The method object of a spec (module docstring) and, for fixed trees, its predicted tokens/step."""
+    """The method object of a spec (module docstring; parsed by :func:`mdsd.tree.spec.parse_method`) and, for
+    fixed trees, its predicted tokens/step."""
     import mdsd
     from mdsd.hf.comparison import HFAssisted, TreeMethod
-    from mdsd.sources import make_source
-    from mdsd.tree.adaptive import ExpectedRate, GrowShrink, SourceFirst
-    from mdsd.tree.spec import compile_option, parse_tree
+    from mdsd.tree.spec import compile_option, parse_method
     from mdsd.verifiers.registry import path_rule
 
     if spec in ("hf-autoregressive", "hf-assisted"):
         return spec, None
     if spec == "hf-assisted-heuristic":
         return HFAssisted(num_assistant_tokens_schedule="heuristic"), None
-    tree_spec, verifier, policy, source_spec = split_spec(spec)
+    method = parse_method(spec)
     a = None
-    if tree_spec == "none":
-        tree = None
-    elif tree_spec.startswith("sequoia:"):
+    if method.tree.startswith("sequoia:"):
         if temperature == 0:
             raise ValueError(
                 f"method {spec!r}: a Sequoia tree is built from the verifier's acceptance vector at T > 0"
             )
-        a = acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
-        tree = mdsd.Tree.sequoia(a, int(tree_spec.split(":")[1]), config.sequoia_depth)
-    else:
-        tree = parse_tree(tree_spec)
-    depth = None
-    if policy:
-        if policy == "grow":
-            depth = GrowShrink()
-        elif policy == "rate":
-            depth = _rate_policy(tree, config, ExpectedRate)
-        elif policy.partition(":")[0] == "first" and source_spec and tree is not None:
-            try:
-                depth = SourceFirst.from_spec(policy)
-            except ValueError as err:
-                raise ValueError(f"method {spec!r}: {err}") from None
-        else:
-            raise ValueError(
-                f"method {spec!r}: the policy must be grow, rate, or first (a model tree and a +SOURCE)"
-            )
-    source = make_source(source_spec, config.datastore) if source_spec else None
-    fixed = isinstance(tree, mdsd.Tree) and depth is None and source is None and path_rule(verifier) is None
+        a = acceptance_vector(
+            method.verifier, temperature, config.acceptance_positions, config.corpus, width=4
+        )
+    seconds = _rate_seconds(method.tree, config) if method.policy.partition(":")[0] == "rate" else None
+    arguments = method.decoder_arguments(config.datastore, seconds, a, config.sequoia_depth)
+    tree, depth, source = arguments["tree"], arguments["depth"], arguments["source"]
+    fixed = (
+        isinstance(tree, mdsd.Tree)
+        and depth is None
+        and source is None
+        and path_rule(method.verifier) is None
+    )
     if fixed and temperature > 0:  # greedy decoding has no acceptance vector: nothing to predict with
-        a = a or acceptance_vector(verifier, temperature, config.acceptance_positions, config.corpus, width=4)
+        a = a or acceptance_vector(
+            method.verifier, temperature, config.acceptance_positions, config.corpus, width=4
+        )
         predicted = tree.expected_tokens(a) if int(tree.branching.max(initial=0)) <= len(a) else None
     else:
         predicted = None
-    method = TreeMethod(
+    tree_method = TreeMethod(
         tree,
-        verifier,
+        method.verifier,
         depth,
         label=spec,
         source=source,
         retrieve=tuple(config.retrieve),
         compile=compile_option(config.compile),
     )
-    return method, predicted
+    return tree_method, predicted
 
 
-def _rate_policy(tree, config: MethodsConfig, policy):
+def _rate_seconds(tree_spec: str, config: MethodsConfig):
+    """The cost model of a /rate method: a step's seconds by depth on the profiles in ``config.profiles``."""
     import mdsd
+    from mdsd.tree.spec import parse_tree
 
     if not config.profiles:
         raise ValueError(
@@ -195,8 +173,9 @@ def _rate_policy(tree, config: MethodsConfig, policy):
     folder = Path(config.profiles)
     target, draft = (mdsd.CostProfile.load(folder / f"{who}_profile.json") for who in ("target", "draft"))
     context = config.max_prompt_tokens + config.max_new_tokens // 2
-    seconds = mdsd.depth_seconds(target, draft, tree, batch=1, context=context, extrapolate=True)
-    return policy(seconds=seconds)
+    return mdsd.depth_seconds(
+        target, draft, parse_tree(tree_spec), batch=1, context=context, extrapolate=True
+    )
 
 
 def _load(config: MethodsConfig, models: tuple[str, str] | None):

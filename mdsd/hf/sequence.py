@@ -50,7 +50,7 @@ def _restricted(model, prefix: torch.Tensor, kept: torch.Tensor, depth: int, tem
     positions = torch.cat([torch.arange(P), P - 1 + lengths])
     cache = ModelCache(model, 1, dev)
     cache.begin()
-    logits, bad = cache.forward(
+    logits, bad, _ = cache.forward(
         ids.to(dev),
         visible.to(dev),
         positions[None].to(dev),

@@ -40,8 +40,16 @@ __all__ = [
     "block_tokens_per_step",
 ]
 
+
+def _step(p: torch.Tensor, q: torch.Tensor, tree: Tree, tokens: torch.Tensor, generator):  # noqa: ARG001
+    """The decoder's step of block verification on a chain (:attr:`PathRule.kernel`): the accepted node of a
+    chain is its depth."""
+    B, N = tokens.shape
+    return block_verify_unchecked(p, q, tokens[:, 1:], draw_uniforms((B,), N - 1, generator, p.device))
+
+
 # The tree decoder's verifier="block": a Tree.chain, one draft per node (single-draft's law).
-register_path_rule(PathRule("block", drafts_with="single", chains_only=True))
+register_path_rule(PathRule("block", drafts_with="single", chains_only=True, kernel=_step))
 
 
 def _inputs(p: object, q: object, tokens: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

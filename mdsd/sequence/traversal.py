@@ -50,8 +50,16 @@ __all__ = [
     "traversal_tokens_per_step",
 ]
 
+
+def _step(p: torch.Tensor, q: torch.Tensor, tree: Tree, tokens: torch.Tensor, generator):
+    """The decoder's step of Traversal Verification on a static tree of i.i.d. children
+    (:attr:`PathRule.kernel`)."""
+    B, N = tokens.shape
+    return traversal_verify_unchecked(p, q, tree, tokens, False, draw_uniforms((B,), N, generator, p.device))
+
+
 # The tree decoder's verifier="traversal": a static tree whose children are drawn i.i.d. (RRS's law).
-register_path_rule(PathRule("traversal", drafts_with="rrs", chains_only=False))
+register_path_rule(PathRule("traversal", drafts_with="rrs", chains_only=False, kernel=_step))
 
 TRAVERSAL_LAWS = ("without_replacement", "iid")  # the children's law; Traversal Verification's own: the first
 

@@ -8,15 +8,17 @@ Each source implements the :class:`Source` protocol (``propose(context, width, d
 * :class:`Dictionary`: SPECTRA-CORE's forward/backward n-gram dictionaries, learnt online.
 * :class:`Priority`: several sources in priority order (SPECTRA: internal first, retrieval fills up).
 
-:func:`make_source` builds them from their names (``lookup``, ``datastore``, ``dictionary``, joined by ``,``),
-as ``mdsd decode --source`` and the experiments' ``+SOURCE`` methods spell them.
+:func:`make_source` builds them from their spec names (``lookup``, ``datastore``, ``dictionary``, joined
+by ``,``: :func:`source_names`), as ``mdsd decode --source`` and the methods' ``+SOURCE`` spell them; a new
+source is one module whose class registers itself with :func:`register_source`.
 """
 
+from mdsd.sources.prompt_lookup import PromptLookup  # isort: skip (registered first: the first users see)
 from mdsd.sources.base import Continuation, Source, rank_continuations
 from mdsd.sources.datastore import SEPARATOR, Datastore, encode_text
 from mdsd.sources.dictionary import Dictionary, NGramTables
-from mdsd.sources.priority import SOURCE_NAMES, Priority, make_source
-from mdsd.sources.prompt_lookup import PromptLookup
+from mdsd.sources.priority import Priority
+from mdsd.sources.registry import make_source, register_source, source_names
 from mdsd.sources.suffix_array import suffix_array, suffix_range
 
 __all__ = [
@@ -30,8 +32,9 @@ __all__ = [
     "Dictionary",
     "NGramTables",
     "Priority",
-    "SOURCE_NAMES",
     "make_source",
+    "register_source",
+    "source_names",
     "suffix_array",
     "suffix_range",
 ]

@@ -11,11 +11,18 @@ The decoder calls, once per decoding step and row,
   with pairwise DISTINCT first tokens (the root's children), each 1..``depth`` tokens long;
 * ``source.observe(context)``: after the step, with the full context, so stateful sources can learn.
 
-A stateless source may also offer ``source.propose_table(tokens, lengths, width, depth)``: the same
-proposals for a whole batch as one ``[B, width, depth]`` tensor (-1 where none) computed on the tokens'
-device without reading anything back (:meth:`mdsd.sources.PromptLookup.propose_table`). The decoder's
-fast path (:mod:`mdsd.tree.compiled`) then makes them inside its captured step, over a device buffer of
-each row's context, and calls neither ``propose`` nor ``observe``.
+and two optional members, which :class:`Source` declares with their defaults:
+
+* ``source.fork()``: a source with per-sequence state (what it learnt from one row's context) returns a
+  fresh copy, and the decoder gives each row its own; the default returns the source itself;
+* ``source.propose_table(tokens, lengths, width, depth)``: a stateless source may offer the same proposals
+  for a whole batch as one ``[B, width, depth]`` tensor (-1 where none) computed on the tokens' device
+  without reading anything back (:meth:`mdsd.sources.PromptLookup.propose_table`). The decoder's fast path
+  (:mod:`mdsd.tree.compiled`) then makes them inside its captured step, over a device buffer of each row's
+  context, and calls neither ``propose`` nor ``observe``. The default is None (no table).
+
+A source class registers its spec name (``key``) with :func:`mdsd.sources.register_source` and builds
+itself from a spec (``from_spec``), so ``mdsd decode --source`` and the method specs find it.
 
 Counting sources (:class:`~mdsd.sources.PromptLookup`, :class:`~mdsd.sources.Datastore`) turn the
 continuations that followed earlier occurrences of a matched n-gram into proposals with
@@ -24,9 +31,10 @@ continuations that followed earlier occurrences of a matched n-gram into proposa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
 
 import numpy as np
 
@@ -43,15 +51,34 @@ class Continuation:
     score: float  # source-specific; larger is better; see each source's docstring
 
 
-@runtime_checkable
-class Source(Protocol):
-    """A training-free draft source (see the module docstring for the contract)."""
+class Source:
+    """A training-free draft source (see the module docstring for the contract): subclasses implement
+    :meth:`propose`, and :meth:`observe` where they learn; :meth:`fork` and :attr:`propose_table` are
+    optional. (The decoder also takes any object with ``propose`` and ``observe``.)"""
 
-    name: str
+    name: str = "source"  # shown in results
+    key: ClassVar[str] = ""  # its name in specs (mdsd decode --source KEY, methods TREE/VERIFIER+KEY)
+    propose_table: ClassVar[Callable | None] = None  # a batch's proposals on the device (module docstring)
 
-    def propose(self, context: Sequence[int], width: int, depth: int) -> list[Continuation]: ...
+    def propose(self, context: Sequence[int], width: int, depth: int) -> list[Continuation]:
+        """At most ``width`` continuations of ``context``, best first, distinct first tokens, each of 1 to
+        ``depth`` tokens."""
+        raise NotImplementedError
 
-    def observe(self, context: Sequence[int]) -> None: ...
+    def observe(self, context: Sequence[int]) -> None:  # noqa: B027 (a source that learns nothing)
+        """Learn from a row's whole context after a step (nothing, by default)."""
+
+    def fork(self) -> Source:
+        """A copy for one row: fresh per-sequence state where the source has some (itself, by default)."""
+        return self
+
+    @classmethod
+    def from_spec(cls, spec: str, datastore: str | os.PathLike = "") -> Source:  # noqa: ARG003
+        """The source a spec ``key`` names (``datastore``: a datastore directory, for sources that read one).
+        By default the class built without arguments; a class with options parses ``key:OPTIONS``."""
+        if spec != cls.key:
+            raise ValueError(f"source {spec!r}: {cls.key} takes no options")
+        return cls()
 
 
 def as_context(context: Sequence[int]) -> np.ndarray:

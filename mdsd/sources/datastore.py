@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mdsd.sources.base import PAD, Continuation, as_context, check_request, rank_continuations
+from mdsd.sources.base import PAD, Continuation, Source, as_context, check_request, rank_continuations
+from mdsd.sources.registry import register_source
 from mdsd.sources.suffix_array import suffix_array, suffix_range
 
 __all__ = ["Datastore", "SEPARATOR", "encode_text"]
@@ -55,7 +56,8 @@ def encode_text(text: str, tokenizer, chunk_chars: int = 1 << 16) -> list[int]:
     return ids
 
 
-class Datastore:
+@register_source
+class Datastore(Source):
     r"""Longest-suffix retrieval over a corpus (a suffix array), most frequent continuations first.
 
     With corpus :math:`t_0 \dots t_{n-1}` and context :math:`x_0 \dots x_{L-1}`, the match length is
@@ -82,6 +84,18 @@ class Datastore:
     """
 
     name = "datastore"
+    key = "datastore"
+
+    @classmethod
+    def from_spec(cls, spec: str, datastore: str | os.PathLike = "") -> Datastore:
+        """The datastore saved in the directory ``datastore`` (spec ``datastore``)."""
+        if spec != cls.key:
+            raise ValueError(f"source {spec!r}: datastore takes no options")
+        if not datastore:
+            raise ValueError(
+                "source datastore needs a datastore directory (mdsd sources build ... --out DIR)"
+            )
+        return cls.load(datastore)
 
     def __init__(
         self,

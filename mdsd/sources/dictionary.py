@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mdsd.sources.base import Continuation, as_context, check_request
+from mdsd.sources.base import Continuation, Source, as_context, check_request
+from mdsd.sources.registry import register_source
 
 __all__ = ["Dictionary", "NGramTables"]
 
@@ -83,7 +84,8 @@ class NGramTables:
             self.backward[w[j:-1]] = w[-1]
 
 
-class Dictionary:
+@register_source
+class Dictionary(Source):
     r"""SPECTRA-CORE's bi-directional search over :class:`NGramTables`, learnt from accepted text.
 
     Proposal for context :math:`x_0 \dots x_{L-1}` (SPECTRA Algorithm 1, lines 7-15):
@@ -117,6 +119,7 @@ class Dictionary:
     """
 
     name = "dictionary"
+    key = "dictionary"
 
     def __init__(self, n: int = 5, capacity: int = 16, tables: NGramTables | None = None):
         self.tables = NGramTables(n, capacity) if tables is None else tables

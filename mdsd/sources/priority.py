@@ -6,17 +6,14 @@ budget with retrieved ones, because internal guesses are accepted more often.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from mdsd.sources.base import Continuation, Source, check_request
 
-__all__ = ["Priority", "SOURCE_NAMES", "make_source"]
-
-SOURCE_NAMES = ("lookup", "datastore", "dictionary")
+__all__ = ["Priority"]
 
 
-class Priority:
+class Priority(Source):
     """Sources in priority order; proposals with a first token already taken are skipped.
 
     ``propose`` asks each source in turn for the full ``width`` and keeps, in order, the
@@ -59,37 +56,3 @@ class Priority:
         """Pass the context to every source."""
         for source in self.sources:
             source.observe(context)
-
-
-def make_source(spec: str, datastore: str | os.PathLike = "") -> Source:
-    """The source a spec names: ``lookup`` (:class:`~mdsd.sources.PromptLookup`), ``dictionary``
-    (:class:`~mdsd.sources.Dictionary`, empty: it learns while decoding), ``datastore`` (the
-    :class:`~mdsd.sources.Datastore` saved in the directory ``datastore``), or several joined by ``,`` in
-    priority order (:class:`Priority`). Each call builds fresh sources.
-
-    >>> make_source("lookup,dictionary").name
-    'prompt-lookup+dictionary'
-    """
-    from mdsd.sources.datastore import Datastore
-    from mdsd.sources.dictionary import Dictionary
-    from mdsd.sources.prompt_lookup import PromptLookup
-
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(
-            f"source must name one of {', '.join(SOURCE_NAMES)} (or several joined by ,), got {spec!r}"
-        )
-    made: list[Source] = []
-    for name in spec.split(","):
-        if name == "lookup":
-            made.append(PromptLookup())
-        elif name == "dictionary":
-            made.append(Dictionary())
-        elif name == "datastore":
-            if not datastore:
-                raise ValueError(
-                    "source datastore needs a datastore directory (mdsd sources build ... --out DIR)"
-                )
-            made.append(Datastore.load(datastore))
-        else:
-            raise ValueError(f"source {name!r} must be one of {', '.join(SOURCE_NAMES)}")
-    return made[0] if len(made) == 1 else Priority(made)

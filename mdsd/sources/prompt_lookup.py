@@ -11,12 +11,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mdsd.sources.base import PAD, Continuation, as_context, check_request, rank_continuations
+from mdsd.sources.base import PAD, Continuation, Source, as_context, check_request, rank_continuations
+from mdsd.sources.registry import register_source
 
 __all__ = ["PromptLookup"]
 
 
-class PromptLookup:
+@register_source
+class PromptLookup(Source):
     r"""Longest-match n-gram lookup in the context (prompt + output so far); stateless.
 
     With context :math:`x_0 \dots x_{L-1}`, the match length is the largest
@@ -49,6 +51,7 @@ class PromptLookup:
     """
 
     name = "prompt-lookup"
+    key = "lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         for label, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):

@@ -16,6 +16,11 @@ output: every node's children are still drawn by its verifier's law (docs/mathem
   profiles).
 * :class:`SourceFirst` — the model drafts only in the steps where the source falls short: the source's
   chains alone (depth 0) when every row's source proposed, the whole tree beside them otherwise.
+
+A policy class registers its spec name (``key``: ``grow``, ``rate``, ``first``) with
+:func:`register_policy` and builds itself from a spec (``from_spec``), so ``mdsd decode --adaptive NAME``
+and the method specs ``TREE/VERIFIER/NAME`` (:mod:`mdsd.tree.spec`) find it; :func:`make_policy` builds
+one, :func:`policy_names` lists them.
 """
 
 from __future__ import annotations
@@ -26,13 +31,33 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["DepthPolicy", "GrowShrink", "ExpectedRate", "SourceFirst"]
+__all__ = [
+    "DepthPolicy",
+    "GrowShrink",
+    "ExpectedRate",
+    "SourceFirst",
+    "register_policy",
+    "policy_names",
+    "make_policy",
+]
+
+_POLICIES: dict[str, type] = {}  # registration order: the order users see
 
 
 class DepthPolicy:
     """Chooses the next draft depth of every row from its last depth and accepted count."""
 
     reads_proposals: ClassVar[bool] = False  # whether :meth:`given_proposals` needs a source's proposals
+    key: ClassVar[str] = ""  # its name in specs (mdsd decode --adaptive KEY, methods TREE/VERIFIER/KEY)
+
+    @classmethod
+    def from_spec(cls, spec: str, **context) -> DepthPolicy:  # noqa: ARG003
+        """The policy a spec ``key`` names; ``context`` holds what some policies need (``seconds``: the
+        cost model of :class:`ExpectedRate`). By default the class built without arguments; a class with
+        options parses ``key:OPTIONS``."""
+        if spec != cls.key:
+            raise ValueError(f"policy {spec!r}: {cls.key} takes no options")
+        return cls()
 
     def start(self, rows: int, max_depth: int) -> np.ndarray:
         """Depths [rows] of the first step."""
@@ -54,6 +79,39 @@ class DepthPolicy:
         return depth
 
 
+def register_policy(cls: type) -> type:
+    """Class decorator: build the :class:`DepthPolicy` subclass ``cls`` for the spec name ``cls.key``."""
+    if not (isinstance(cls, type) and issubclass(cls, DepthPolicy)) or not cls.key or ":" in cls.key:
+        raise TypeError(f"register_policy takes a DepthPolicy subclass with a spec name key, got {cls!r}")
+    if _POLICIES.get(cls.key, cls) is not cls:
+        raise ValueError(f"policy name {cls.key!r} is already registered to {_POLICIES[cls.key].__name__}")
+    _POLICIES[cls.key] = cls
+    return cls
+
+
+def policy_names() -> tuple[str, ...]:
+    """The registered policies' spec names, in registration order.
+
+    >>> policy_names()[:3]
+    ('grow', 'rate', 'first')
+    """
+    return tuple(_POLICIES)
+
+
+def make_policy(spec: str, **context) -> DepthPolicy:
+    """The policy a spec names (``grow``, ``rate``, ``first[:N[:M]]``, ...; ``context`` as
+    :meth:`DepthPolicy.from_spec` takes it).
+
+    >>> make_policy("first:2")
+    SourceFirst(min_tokens=2, backoff=0)
+    """
+    name = spec.partition(":")[0] if isinstance(spec, str) else None
+    if name not in _POLICIES:
+        raise ValueError(f"policy {spec!r} must be one of {', '.join(_POLICIES)}")
+    return _POLICIES[name].from_spec(spec, **context)
+
+
+@register_policy
 @dataclass
 class GrowShrink(DepthPolicy):
     """HF assisted generation's schedule: depth + grow after a fully accepted step, else depth − shrink.
@@ -65,6 +123,7 @@ class GrowShrink(DepthPolicy):
     initial: int = 5
     grow: int = 2
     shrink: int = 1
+    key: ClassVar[str] = "grow"
 
     def start(self, rows, max_depth):
         return np.full(rows, min(self.initial, max_depth), dtype=np.int64)
@@ -74,6 +133,7 @@ class GrowShrink(DepthPolicy):
         return np.clip(np.where(full, depth + self.grow, depth - self.shrink), 1, max_depth)
 
 
+@register_policy
 @dataclass
 class ExpectedRate(DepthPolicy):
     """The depth with the most expected tokens per second, from acceptance measured online per row.
@@ -100,6 +160,19 @@ class ExpectedRate(DepthPolicy):
 
     seconds: Callable[[int], float]
     prior: tuple[float, float] = (1.0, 1.0)
+    key: ClassVar[str] = "rate"
+
+    @classmethod
+    def from_spec(cls, spec: str, seconds: Callable[[int], float] | None = None, **context) -> ExpectedRate:
+        """The policy of the spec ``rate`` on the cost model ``seconds(depth)``."""
+        if spec != cls.key:
+            raise ValueError(f"policy {spec!r}: rate takes no options")
+        if seconds is None:
+            raise ValueError(
+                "policy rate needs a cost model: the seconds of a step at each depth (method specs: "
+                "--profiles, the output directory of experiments/cost_model.py)"
+            )
+        return cls(seconds=seconds)
 
     def __post_init__(self) -> None:
         self._counts: np.ndarray | None = None  # [rows, max_depth, 2]: accepted / rejected at each level
@@ -127,6 +200,7 @@ class ExpectedRate(DepthPolicy):
         return 1 + np.argmax(tokens / cost, axis=1)
 
 
+@register_policy
 @dataclass
 class SourceFirst(DepthPolicy):
     """The draft model drafts only where the source falls short.
@@ -136,7 +210,7 @@ class SourceFirst(DepthPolicy):
     choice is the batch's, not each row's: a step that drafts with the model runs its draft forwards for
     every row anyway, and the model's children only add to a row's chances. A depth-0 step runs no draft
     forward: the draft reads the tokens it missed at its next drafting step (on the fast path, where they
-    would overflow the draft's buffer of ``FastPath.LAG`` blocks, in a catch-up forward at once).
+    would overflow the draft's buffer of ``CapturedRunner.LAG`` blocks, in a catch-up forward at once).
 
     ``min_tokens`` counts the tokens of a row's longest proposed chain, not how sure the source is of it:
     prompt lookup proposes its whole chain after any match, so on chat (MT-Bench, the real pair) requiring 2
@@ -163,9 +237,10 @@ class SourceFirst(DepthPolicy):
     min_tokens: int = 1
     backoff: int = 0
     reads_proposals: ClassVar[bool] = True
+    key: ClassVar[str] = "first"
 
     @classmethod
-    def from_spec(cls, spec: str) -> SourceFirst:
+    def from_spec(cls, spec: str, **context) -> SourceFirst:  # noqa: ARG003
         """The policy of a spec ``first[:N[:M]]`` (``min_tokens`` N, ``backoff`` M), as method specs and
         ``mdsd decode --adaptive`` write it.
 

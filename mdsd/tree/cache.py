@@ -16,20 +16,77 @@ entries (``index [B, W]`` slot offsets into the step region, ``count [B]`` of th
 to the end of the committed region by an in-place gather, so a step costs O(block) cache traffic, not
 O(context).
 
-Two caches implement this: :class:`ModelCache`, the ``transformers`` dynamic cache of any causal LM (the
-eager reference path; the committed region of a row may hold dead slots), and
-:class:`mdsd.tree.static.StaticLM`, preallocated keys and values written at explicit slots (the fast
-path). No module here imports ``transformers``.
+The contract is the :class:`Cache` protocol. Two caches of a causal LM implement it: :class:`ModelCache`,
+the ``transformers`` dynamic cache of any causal LM (the eager reference path; the committed region of a
+row may hold dead slots), and :class:`mdsd.tree.static.StaticLM`, preallocated keys and values written at
+explicit slots (the fast path); a drafter that reads the target's features has its own
+(:class:`mdsd.drafters.head.HeadCache`). No module here imports ``transformers``.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["block_mask", "ModelCache", "cache_keywords", "returned_cache", "finite", "tempered"]
+__all__ = [
+    "Forward",
+    "Cache",
+    "block_mask",
+    "ModelCache",
+    "cache_keywords",
+    "returned_cache",
+    "finite",
+    "tempered",
+]
+
+
+class Forward(NamedTuple):
+    """What a cache's forward over a block returns, for the block's last ``keep`` tokens."""
+
+    logits: torch.Tensor  # [B, keep, V] at the cache's temperature (logits / T), non-finite entries zeroed
+    bad: torch.Tensor  # [B] bool: the row had non-finite logits
+    hidden: torch.Tensor | None  # [B, keep, H] the features a drafter reads (a cache made with hidden=True)
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """A model over its key/value cache, as a decoding step drives it (see the module docstring).
+
+    ``reads_features``: whether :meth:`forward` needs ``features`` [B, Q, H] for its tokens (a feature
+    head reads the target's hidden states, :mod:`mdsd.drafters.head`); such a drafter keeps none of its
+    tree's entries and reads the accepted path again with the target's features.
+    """
+
+    reads_features: bool
+
+    def begin(self) -> None:
+        """Start a step: the slots written so far are committed (or forgotten, for a static cache)."""
+
+    def live(self) -> torch.Tensor:
+        """Committed live entries per row [B]: the position of the row's next token."""
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        visible: torch.Tensor,
+        positions: torch.Tensor,
+        keep: int,
+        block_valid: torch.Tensor,
+        local: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
+    ) -> Forward:
+        """Run over a block ``ids`` [B, Q] at ``positions`` [B, Q] (visibility ``local`` [B, Q, S] over the
+        step's S earlier slots and ``visible`` [B, Q, Q] inside the block)."""
+
+    def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
+        """Keep the step's slots ``index[b, :count[b]]``, in order, as committed entries."""
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows ``rows`` [B'] (the eager path drops finished rows; a static cache on the
+        fast path never does, and need not implement it)."""
 
 
 def block_mask(past: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -122,14 +179,24 @@ class ModelCache:
 
     ``cache`` is what the model returned last (None before the first forward); ``valid [B, C]`` marks the
     slots each row may attend to, and its width always equals the cache's slot count. The step's region
-    begins at slot ``start`` (:meth:`begin`). Logits come out at ``temperature`` (:func:`tempered`).
+    begins at slot ``start`` (:meth:`begin`). Logits come out at ``temperature`` (:func:`tempered`);
+    ``hidden``: :meth:`forward` also returns the final hidden states (after the last norm: what the output
+    layer reads), the features a drafter head reads.
     """
 
+    reads_features = False
+
     def __init__(
-        self, model: torch.nn.Module, rows: int, device: torch.device, temperature: float = 1.0
+        self,
+        model: torch.nn.Module,
+        rows: int,
+        device: torch.device,
+        temperature: float = 1.0,
+        hidden: bool = False,
     ) -> None:
         self.model = model
         self.temperature = temperature
+        self.hidden = hidden
         self.cache: object = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)  # [B, C]
         self.start = 0
@@ -159,10 +226,11 @@ class ModelCache:
         keep: int,
         block_valid: torch.Tensor,
         local: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        features: torch.Tensor | None = None,  # noqa: ARG002 (a language model reads tokens only)
+    ) -> Forward:
         """Run the model on a block ``ids`` [B, Q] at ``positions`` [B, Q]: the logits of its last ``keep``
-        tokens [B, keep, V] at the cache's temperature (non-finite ones zeroed) and the flag [B] of rows that
-        had non-finite logits.
+        tokens [B, keep, V] at the cache's temperature (non-finite ones zeroed), the flag [B] of rows that
+        had non-finite logits, and (``hidden``) the final hidden states of those tokens [B, keep, H].
 
         Each new token sees the committed slots, the step's slots given by ``local`` [B, Q, S] (None: none)
         and the block's tokens given by ``visible`` [B, Q, Q]; ``block_valid`` [B, Q] says which new slots
@@ -183,12 +251,18 @@ class ModelCache:
             "use_cache": True,
             **cache_keywords(self.model, self.cache),
         }
-        if _arguments(type(self.model))[1]:
-            kwargs["logits_to_keep"] = keep
-        out = self.model(**kwargs)
+        if self.hidden:  # the base model's last hidden states, then the output layer on the kept ones
+            out = self.model.get_decoder()(**kwargs)
+            h = out.last_hidden_state[:, -keep:]
+            logits, hidden = self.model.get_output_embeddings()(h), h
+        else:
+            if _arguments(type(self.model))[1]:
+                kwargs["logits_to_keep"] = keep
+            out = self.model(**kwargs)
+            logits, hidden = out.logits[:, -keep:], None
         self.cache = returned_cache(out)
         self.valid = torch.cat([self.valid, block_valid], dim=1)
-        return finite(tempered(out.logits[:, -keep:], self.temperature))
+        return Forward(*finite(tempered(logits, self.temperature)), hidden)
 
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
         """Keep of the step's slots only ``start + index[b, :count[b]]`` of each row, in order, and start

@@ -12,7 +12,7 @@ CUDA graph per batch size):
   later step has the same shapes: the target reads one token per row, the draft a block of depth + 1
   (left-padded). Under a policy that may draft a source's chains alone
   (:class:`mdsd.tree.adaptive.SourceFirst`), such a step runs no draft forward and the draft's pending
-  tokens pile up, to at most :attr:`FastPath.LAG` blocks: the next step that drafts reads them all (a
+  tokens pile up, to at most :attr:`CapturedRunner.LAG` blocks: the next step that drafts reads them all (a
   second shape), and a chains-only step that would overflow the buffer reads them instead. Finished rows
   stay in the batch as masked rows (their caches no longer advance). A step's random numbers are one
   buffer of float64 uniforms, refilled by one ``uniform_`` per step and consumed in order
@@ -29,8 +29,8 @@ CUDA graph per batch size):
 * **One host read per step**: the packed :class:`mdsd.tree.step.Summary`, recorded by
   :class:`mdsd.tree.ledger.Ledger` with whole-array numpy operations; per-row Python work happens once, at
   the end, so a step's host time does not grow with the batch. On an accelerator, from
-  :attr:`FastPath.TABLE_ROWS` rows on (:attr:`FastPath.FUSED_TABLE_ROWS` with inductor), a draft source
-  that proposes on the device (``propose_table``, e.g. :class:`mdsd.sources.PromptLookup`) runs inside
+  :attr:`CapturedRunner.TABLE_ROWS` rows on (:attr:`CapturedRunner.FUSED_TABLE_ROWS` with inductor), a draft
+  source that proposes on the device (``propose_table``, e.g. :class:`mdsd.sources.PromptLookup`) runs inside
   the step, over a token buffer of each row's context that the step itself extends; other sources,
   smaller batches and every source on the CPU propose and observe on the host, row by row, as on the
   eager path (``TreeDecoder(propose_inside=...)`` chooses either way).
@@ -41,9 +41,8 @@ Every verifier whose kernels read nothing back on the models' vocabulary runs he
 
 from __future__ import annotations
 
-import math
-import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,17 +50,20 @@ import torch
 
 from mdsd.sampling import UniformStream
 from mdsd.sources.base import has_table
+from mdsd.tree.cache import Cache
+from mdsd.tree.config import DecodeConfig
 from mdsd.tree.draft import Pending
-from mdsd.tree.ledger import Ledger, TreeDecodeOutput
-from mdsd.tree.plan import Plan
+from mdsd.tree.drafter import Drafter
+from mdsd.tree.eager import capacity
+from mdsd.tree.loop import StepReport, StepRequest
+from mdsd.tree.prefill import prefill_features
 from mdsd.tree.static import StaticLM, static_obstacle
 from mdsd.tree.step import Summary, decode_step
 
-__all__ = ["BACKENDS", "GRAPHS", "FastPath", "backend_of", "capture", "graph_pool"]
+__all__ = ["BACKENDS", "GRAPHS", "CapturedRunner", "backend_of", "capture", "graph_pool"]
 
 BACKENDS = ("cudagraph", "inductor-cudagraph", "inductor", "aot_eager", "eager", "none")
 GRAPHS = ("cudagraph", "inductor-cudagraph")  # the backends that capture CUDA graphs
-_ALIGN = 64  # cache capacity is rounded up to a multiple of this (caches and graphs are reused across calls)
 
 
 def backend_of(compile: bool | str, device: torch.device) -> str | None:
@@ -83,10 +85,11 @@ class _State:
     """The step's inputs and outputs that live on the device between steps (fixed addresses)."""
 
     target: StaticLM
-    draft: StaticLM | None
+    draft: Cache | None
     target_ids: torch.Tensor  # [B, 1] the token the target reads next (the root)
     draft_ids: torch.Tensor  # [B, P] the tokens the draft reads next, left-padded
     draft_real: torch.Tensor  # [B, P]
+    draft_features: torch.Tensor | None  # [B, P, H] their features (a drafter that reads the target's)
     active: torch.Tensor  # [B] rows still decoding (the others keep their caches as they are)
     limit: torch.Tensor  # [B] each row's draft depth (adaptive depths)
     retrieved: torch.Tensor | None  # [B, width, depth] a source's proposals, -1 where none
@@ -94,19 +97,29 @@ class _State:
     context_len: torch.Tensor | None  # [B] its length
 
 
-def _check_verifiers(decoder) -> None:
-    """Refuse the decoder's node verifiers that read values back on its vocabulary."""
-    for k, v in decoder.verifiers.items():
-        if v.reads_back(decoder.vocab_size):
-            raise ValueError(
-                f"verifier {decoder.verifier_name!r} (k = {k}) reads values back to the host on a "
-                f"vocabulary of {decoder.vocab_size} tokens and cannot run in a captured step; decode with "
-                "compile=False (the eager path)"
-            )
+@dataclass(frozen=True)
+class _Key:
+    """What one captured step is specific to."""
+
+    depth: int  # the plan's depth
+    limited: bool  # rows draft to their own depths (state.limit)
+    block: int  # the width of the draft's block it reads
+    catch_up: bool  # it reads the block where the plan draws no children
 
 
-class FastPath:
-    """The fast path of one :class:`mdsd.TreeDecoder` with step backend ``backend``."""
+@dataclass
+class _Captured:
+    """A captured step: the callable that replays it, its uniforms' buffer and its draft forwards."""
+
+    run: Callable[[], torch.Tensor]
+    uniforms: torch.Tensor
+    draft_forwards: int
+
+
+class CapturedRunner:
+    """The fast path's step runner (module docstring) for a decode ``config`` of ``target`` and ``drafter``
+    with step backend ``backend`` (:data:`BACKENDS`); ``propose_inside``: where the source proposes (see
+    :class:`mdsd.TreeDecoder`)."""
 
     # Pending blocks of depth + 1 the draft's buffer holds: chains-only steps (SourceFirst) leave the draft's
     # tokens to the next drafting step, which reads up to LAG blocks in one forward (launch-bound on a GPU:
@@ -121,132 +134,145 @@ class FastPath:
     TABLE_ROWS = 32
     FUSED_TABLE_ROWS = 4
 
-    def __init__(self, decoder, backend: str) -> None:
-        for who, model in (("target", decoder.target), ("draft", decoder.draft)):
-            reason = None if model is None else static_obstacle(model)
+    def __init__(
+        self,
+        config: DecodeConfig,
+        target: torch.nn.Module,
+        drafter: Drafter | None,
+        backend: str,
+        propose_inside: bool | None = None,
+    ) -> None:
+        reasons = (static_obstacle(target), None if drafter is None else drafter.static_obstacle())
+        for who, reason in zip(("target", "draft"), reasons, strict=True):
             if reason is not None:
                 raise ValueError(f"the {who}: {reason}; decode with compile=False (the eager path)")
-        _check_verifiers(decoder)
-        self.decoder, self.backend = decoder, backend
+        self.target, self.drafter, self.backend = target, drafter, backend
+        self.propose_inside_given = propose_inside
+        self.device = next(target.parameters()).device
         self._state: _State | None = None
-        # (plan depth, limited, draft block, catch-up) -> (the captured step, its uniforms, draft forwards)
-        self._steps: dict[tuple[int, bool, int, bool], tuple] = {}
+        self._steps: dict[_Key, _Captured] = {}
         self._pool = None
+        self.configure(config)
+
+    def configure(self, config: DecodeConfig) -> None:
+        """Decode with ``config`` from now on (its verifiers checked; steps captured for another dropped)."""
+        _check_verifiers(config)
+        if getattr(self, "config", None) is not config:
+            self._steps = {}
+        self.config = config
 
     # -- one decode ---------------------------------------------------------------------------------------
 
-    def generate(self, rows_in: list[list[int]], max_new_tokens: int, generator) -> list[TreeDecodeOutput]:
-        dec = self.decoder
-        _check_verifiers(dec)  # the decoder's verifiers may have been swapped since it was built
-        dev = next(dec.target.parameters()).device
-        B, start = len(rows_in), time.perf_counter()
-        state = self._prepare(rows_in, max_new_tokens, dev)
-        ledger = Ledger(B, max_new_tokens, dec.eos_token_ids)
-        active = np.ones(B, dtype=bool)
-        policy, full = dec.depth_policy, dec._depth_of(dec.tree)
-        depths = policy.start(B, full) if policy is not None else np.full(B, full)
-        on_host = dec.source is not None and state.context is None  # proposals made row by row
-        fork = getattr(dec.source, "fork", None)
-        sources = [fork() if fork else dec.source for _ in range(B)] if on_host else []
-        prompts = Pending.from_rows(rows_in, dev)  # the first step reads them whole, as the eager path does
-        lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
-        widths = self.block_widths()  # (one pending block, the draft's whole buffer)
-        while active.any():
-            step_start = time.perf_counter()
-            if on_host:
-                contexts = [rows_in[r] + ledger.emitted(r) for r in range(B)]
-                retrieved, proposed = dec._retrieve(sources, contexts, dev)
-                state.retrieved.copy_(retrieved)
-                if policy is not None:
-                    depths[active] = policy.given_proposals(depths[active], proposed[active])
-            depth = int(depths[active].max())
-            limited = policy is not None and bool((depths[active] < depth).any())
-            if limited:
-                state.limit.copy_(torch.from_numpy(depths), non_blocking=True)
-            state.active.copy_(torch.from_numpy(active), non_blocking=True)
-            block = self._block(depth, int(lagging[active].max()), prompts is not None, widths)
-            packed, forwards = self._run(state, depth, limited, block, generator, prompts)
-            prompts = None
-            summary = Summary.read(packed)  # the step's one synchronisation
-            lagging = summary.draft_pending
-            rows = np.flatnonzero(active)
-            mine = summary.rows(rows)
-            elapsed = time.perf_counter() - step_start
-            reads = int(depth > 0 and block[0] > widths[0])  # a drafting step that reads the whole buffer
-            done = ledger.record(rows, mine, depths[rows], forwards, elapsed, reads)
-            if policy is not None:
-                depths = policy.update(depths, summary.accepted, full)
-            if on_host:
-                for r in rows:
-                    sources[r].observe(rows_in[r] + ledger.emitted(r))
-            active[rows[done]] = False
-        return ledger.outputs({"total": time.perf_counter() - start})
+    def start(self, prompts: list[list[int]], max_new_tokens: int, generator: torch.Generator) -> None:
+        self.generator = generator
+        B = len(prompts)
+        self._state = state = self._prepare(prompts, max_new_tokens)
+        self.proposes_inside = state.context is not None
+        self.active = np.ones(B, dtype=bool)
+        self.lagging = np.zeros(B, dtype=np.int64)  # real tokens in each row's draft block
+        self.widths = self.block_widths()  # (one pending block, the draft's whole buffer)
+        first = Pending.from_rows(prompts, self.device)  # the first step reads them whole, as the eager path
+        self._first = (first, first)
+        if self.drafter is not None and self.drafter.reads_features:
+            self._first = prefill_features(state.target, first)
 
-    def _prepare(self, rows_in: list[list[int]], max_new_tokens: int, dev: torch.device) -> _State:
+    def step(self, request: StepRequest) -> StepReport:
+        state, rows = self._state, np.flatnonzero(self.active)
+        if request.retrieved is not None:
+            state.retrieved.index_copy_(0, torch.as_tensor(rows, device=self.device), request.retrieved)
+        limited = request.limits is not None
+        if limited:
+            limits = np.full(len(self.active), request.depth)
+            limits[rows] = request.limits
+            state.limit.copy_(torch.from_numpy(limits), non_blocking=True)
+        state.active.copy_(torch.from_numpy(self.active), non_blocking=True)
+        first = self._first
+        key = _Key(
+            request.depth,
+            limited,
+            *self._block(request.depth, int(self.lagging[rows].max()), first is not None),
+        )
+        self._first = None
+        packed, forwards = self._run(state, key, first)
+        summary = Summary.read(packed)  # the step's one synchronisation
+        self.lagging = summary.draft_pending
+        reads = int(request.depth > 0 and key.block > self.widths[0])  # drafting reads the whole buffer
+        return StepReport(summary.rows(rows), forwards, reads)
+
+    def retire(self, done: np.ndarray) -> None:
+        self.active[np.flatnonzero(self.active)[done]] = False
+
+    def timings(self) -> dict[str, float]:
+        return {}
+
+    def _prepare(self, prompts: list[list[int]], max_new_tokens: int) -> _State:
         """The state for this decode, reusing the last one's caches (and so its captured steps) when the
         batch size, the capacity and the temperature match."""
-        dec = self.decoder
-        B, longest = len(rows_in), max(len(r) for r in rows_in)
-        full = dec._plan(dec._depth_of(dec.tree))
+        config, dev = self.config, self.device
+        B = len(prompts)
+        full = config.plan(config.full_depth)
         width = self.block_widths()[-1]  # the draft's pending buffer
-        region = full.num_nodes + width  # a step's slots in either cache (the first: the prompt + nodes)
-        capacity = _ALIGN * math.ceil((2 * longest + max_new_tokens + width + region) / _ALIGN)
-        tables = self.proposes_inside(dev, B)
+        size = capacity(config, max(len(r) for r in prompts), max_new_tokens, width)
+        tables = self.proposes_inside_for(dev, B)
         state = self._state
         if (
             state is None
             or (state.context is not None) != tables
             or state.target.length.shape[0] != B
-            or state.target.capacity < capacity
-            or state.target.temperature != dec.temperature  # the caches' forwards divide by it
+            or state.target.capacity < size
+            or state.target.temperature != config.temperature  # the caches' forwards divide by it
         ):
             # The old steps' graphs die with their state; their pool may outlive them (memory still held)
             # with no graph using it, and CUDA's allocator refuses to capture into such a pool again (an
             # internal assert, seen on an H200): the new state's graphs take a new pool.
             self._steps, self._pool = {}, None
-            target = StaticLM(dec.target, B, capacity, dec.temperature)
-            draft = StaticLM(dec.draft, B, capacity, dec.temperature) if dec.draft is not None else None
-            retrieved = context = context_len = None
-            if dec.source is not None:
-                retrieved = torch.full((B, *dec.retrieve), -1, dtype=torch.long, device=dev)
+            features = self.drafter is not None and self.drafter.reads_features
+            target = StaticLM(self.target, B, size, config.temperature, hidden=features)
+            draft = None if self.drafter is None else self.drafter.static_cache(B, size, config.temperature)
+            retrieved = context = context_len = draft_features = None
+            if config.source is not None:
+                retrieved = torch.full((B, *config.retrieve), -1, dtype=torch.long, device=dev)
             if tables:
-                context = torch.zeros(B, capacity, dtype=torch.long, device=dev)
+                context = torch.zeros(B, size, dtype=torch.long, device=dev)
                 context_len = torch.zeros(B, dtype=torch.long, device=dev)
+            if features:
+                hidden = self.target.get_output_embeddings().weight
+                draft_features = torch.zeros(B, width, hidden.shape[1], dtype=hidden.dtype, device=dev)
             state = _State(
                 target,
                 draft,
                 torch.zeros(B, 1, dtype=torch.long, device=dev),
                 torch.zeros(B, width, dtype=torch.long, device=dev),
                 torch.zeros(B, width, dtype=torch.bool, device=dev),
+                draft_features,
                 torch.ones(B, dtype=torch.bool, device=dev),
                 torch.full((B,), full.max_depth, dtype=torch.long, device=dev),
                 retrieved,
                 context,
                 context_len,
             )
-            self._state = state
-        for lm in (state.target, state.draft):
-            if lm is not None:
-                lm.length.zero_()
+        for cache in (state.target, state.draft):
+            if cache is not None:
+                cache.reset()
         state.limit.fill_(full.max_depth)
         if state.context is not None:
             table = np.zeros(tuple(state.context.shape), dtype=np.int64)
-            for b, row in enumerate(rows_in):
+            for b, row in enumerate(prompts):
                 table[b, : len(row)] = row
             state.context.copy_(torch.from_numpy(table))
-            state.context_len.copy_(torch.from_numpy(np.array([len(row) for row in rows_in])))
+            state.context_len.copy_(torch.from_numpy(np.array([len(row) for row in prompts])))
         return state
 
-    def proposes_inside(self, device: torch.device, rows: int) -> bool:
+    def proposes_inside_for(self, device: torch.device, rows: int) -> bool:
         """Whether the decoder's source proposes inside the step (its ``propose_table``) for a decode of
-        ``rows`` rows on ``device``: the decoder's ``propose_inside`` if set, else on an accelerator from
+        ``rows`` rows on ``device``: ``propose_inside`` if given, else on an accelerator from
         :attr:`TABLE_ROWS` rows on (:attr:`FUSED_TABLE_ROWS` where inductor fuses the table; on the CPU the
         host is the device, and numpy's lookup row by row costs less than the table there)."""
-        policy = self.decoder.depth_policy
-        if not has_table(self.decoder.source) or (policy is not None and policy.reads_proposals):
+        policy = self.config.policy
+        if not has_table(self.config.source) or (policy is not None and policy.reads_proposals):
             return False
-        if self.decoder.propose_inside is not None:
-            return self.decoder.propose_inside
+        if self.propose_inside_given is not None:
+            return self.propose_inside_given
         fused = self.backend.startswith("inductor")
         return device.type != "cpu" and rows >= (self.FUSED_TABLE_ROWS if fused else self.TABLE_ROWS)
 
@@ -255,83 +281,68 @@ class FastPath:
     def block_widths(self) -> tuple[int, int]:
         """(one pending block, the whole buffer) of the draft: depth + 1 of the decoder's plan, and
         :attr:`LAG` blocks where its depth policy may draft a source's chains alone (else one)."""
-        dec = self.decoder
-        one = dec._plan(dec._depth_of(dec.tree)).max_depth + 1
-        policy = dec.depth_policy
-        lags = dec.draft is not None and policy is not None and policy.reads_proposals
+        config = self.config
+        one = config.plan(config.full_depth).max_depth + 1
+        policy = config.policy
+        lags = self.drafter is not None and policy is not None and policy.reads_proposals
         return one, one * (self.LAG if lags else 1)
 
-    def _block(self, depth: int, lagging: int, first: bool, widths: tuple[int, int]) -> tuple[int, bool]:
+    def _block(self, depth: int, lagging: int, first: bool) -> tuple[int, bool]:
         """(the width of the draft's block the step reads, whether it reads it where its plan draws no
         children) for a step of the plan of ``depth`` whose rows' draft blocks hold up to ``lagging`` real
-        tokens (``widths``: :meth:`block_widths`): a chains-only step leaves the block to a later step while
-        the buffer has room for its tokens; a step that reads reads one block where the tokens fit, the whole
-        buffer otherwise."""
-        one, whole = widths
-        chains_only = self.decoder.draft is not None and depth == 0
+        tokens: a chains-only step leaves the block to a later step while the buffer has room for its
+        tokens; a step that reads reads one block where the tokens fit, the whole buffer otherwise."""
+        one, whole = self.widths
+        chains_only = self.drafter is not None and depth == 0
         if chains_only and not first and lagging <= whole - one:
             return whole - one, False
         return (one if lagging <= one else whole), chains_only
 
     def _run(
-        self,
-        state: _State,
-        depth: int,
-        limited: bool,
-        block: tuple[int, bool],
-        generator,
-        prompts: Pending | None,
+        self, state: _State, key: _Key, first: tuple[Pending, Pending] | None
     ) -> tuple[torch.Tensor, int]:
-        """One step with the plan of ``depth`` reading the draft's ``block`` (:meth:`_block`): the packed
-        summary and the draft forwards it ran. The first step of a decode (``prompts``: it reads them) and
-        the first step of each kind run eagerly; the latter learns how many uniforms the step takes, then
-        the step is captured for later ones."""
-        key = (depth, limited, *block)
-        if prompts is not None or key not in self._steps:
-            counter = UniformStream(generator=generator)
-            plan = self.decoder._plan(depth)
-            packed, forwards = self._step(state, plan, limited, block, counter, prompts)
+        """One step of ``key``: the packed summary and the draft forwards it ran. The first step of a
+        decode (``first``: the target's and the drafter's pending blocks, which it reads) and the first step
+        of each key run eagerly; the latter learns how many uniforms the step takes, then the step is
+        captured for later ones."""
+        if first is not None or key not in self._steps:
+            stream = UniformStream(generator=self.generator)
+            packed, forwards = self._step(state, key, stream, first)
             if key not in self._steps:
-                uniforms = torch.zeros(counter.used, dtype=torch.float64, device=packed.device)
-                self._steps[key] = (self._capture(state, depth, limited, block, uniforms), uniforms, forwards)
+                uniforms = torch.zeros(stream.used, dtype=torch.float64, device=packed.device)
+                self._steps[key] = _Captured(self._capture(state, key, uniforms), uniforms, forwards)
             return packed, forwards
-        step, uniforms, forwards = self._steps[key]
-        uniforms.uniform_(generator=generator)
-        return step(), forwards
+        step = self._steps[key]
+        step.uniforms.uniform_(generator=self.generator)
+        return step.run(), step.draft_forwards
 
     def _step(
-        self,
-        state: _State,
-        plan: Plan,
-        limited: bool,
-        block: tuple[int, bool],
-        stream: UniformStream,
-        prompts: Pending | None = None,
+        self, state: _State, key: _Key, stream: UniformStream, first: tuple[Pending, Pending] | None = None
     ) -> tuple[torch.Tensor, int]:
         """The step itself (traced by the backends): decode, then commit both caches and write what the
         models read next into the state, in place. Returns the packed summary and the draft forwards.
-        ``block``: the width of the draft's block it reads (the buffer's last columns) and whether it
-        catches up; ``prompts``: the first step, which reads them (both models) instead of the state's
-        tokens."""
-        dec = self.decoder
-        width, catch_up = block
+        ``first``: the first step, which reads these pending blocks instead of the state's tokens."""
+        config, width = self.config, key.block
         target_pending = Pending(state.target_ids, torch.ones_like(state.target_ids, dtype=torch.bool))
-        draft_pending = Pending(state.draft_ids[:, -width:], state.draft_real[:, -width:])
-        if prompts is not None:
-            target_pending = draft_pending = prompts
+        features = None if state.draft_features is None else state.draft_features[:, -width:]
+        draft_pending = Pending(state.draft_ids[:, -width:], state.draft_real[:, -width:], features)
+        if first is not None:
+            target_pending, draft_pending = first
         if state.context is not None:  # the source's proposals, made on the device from the rows' contexts
-            state.retrieved.copy_(dec.source.propose_table(state.context, state.context_len, *dec.retrieve))
-        out, bad, forwards = decode_step(
+            state.retrieved.copy_(
+                config.source.propose_table(state.context, state.context_len, *config.retrieve)
+            )
+        out = decode_step(
             state.target,
             state.draft,
             target_pending,
             draft_pending,
-            plan,
-            dec.rule,
+            config.plan(key.depth),
+            config.rule,
             stream,
-            state.limit if limited else None,
+            state.limit if key.limited else None,
             state.retrieved,
-            catch_up=catch_up,
+            catch_up=key.catch_up,
         )
         active = state.active.long()
         if state.context is not None:
@@ -339,24 +350,34 @@ class FastPath:
         state.target.commit(out.target_keep, out.target_kept * active)
         if state.draft is not None:
             state.draft.commit(out.draft_keep, out.draft_kept * active)
-        width = state.draft_ids.shape[1] - out.draft_next.ids.shape[1]  # left-pad to the full depth
+        pad = state.draft_ids.shape[1] - out.draft_next.ids.shape[1]  # left-pad to the full depth
         state.target_ids.copy_(out.target_next.ids)
-        state.draft_ids.copy_(torch.nn.functional.pad(out.draft_next.ids, (width, 0)))
-        state.draft_real.copy_(torch.nn.functional.pad(out.draft_next.real, (width, 0)))
-        return out.packed(bad), forwards
+        state.draft_ids.copy_(torch.nn.functional.pad(out.draft_next.ids, (pad, 0)))
+        state.draft_real.copy_(torch.nn.functional.pad(out.draft_next.real, (pad, 0)))
+        if state.draft_features is not None:
+            state.draft_features.copy_(torch.nn.functional.pad(out.draft_next.features, (0, 0, pad, 0)))
+        return out.packed(), out.draft_forwards
 
-    def _capture(
-        self, state: _State, depth: int, limited: bool, block: tuple[int, bool], uniforms: torch.Tensor
-    ):
-        """The step of the plan of ``depth`` reading the draft's ``block`` as a callable of no arguments
-        returning the packed summary, reading its random numbers from ``uniforms``."""
-        plan = self.decoder._plan(depth)
+    def _capture(self, state: _State, key: _Key, uniforms: torch.Tensor):
+        """The step of ``key`` as a callable of no arguments returning the packed summary, reading its
+        random numbers from ``uniforms``."""
 
         def step() -> torch.Tensor:
-            return self._step(state, plan, limited, block, UniformStream(uniforms))[0]
+            return self._step(state, key, UniformStream(uniforms))[0]
 
         self._pool = self._pool if self._pool is not None else graph_pool(self.backend)
         return capture(step, self.backend, self._pool)
+
+
+def _check_verifiers(config: DecodeConfig) -> None:
+    """Refuse the configuration's node verifiers that read values back on its vocabulary."""
+    for k, v in config.rule.verifiers.items():
+        if v.reads_back(config.vocab_size):
+            raise ValueError(
+                f"verifier {config.verifier!r} (k = {k}) reads values back to the host on a "
+                f"vocabulary of {config.vocab_size} tokens and cannot run in a captured step; decode with "
+                "compile=False (the eager path)"
+            )
 
 
 def _extend(context: torch.Tensor, length: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor) -> None:

@@ -21,30 +21,25 @@ cache, advances by its own accepted count, and leaves the batch when it is done.
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from mdsd.sampling import UniformStream
 from mdsd.sources.base import has_table
 from mdsd.tree.adaptive import DepthPolicy
-from mdsd.tree.cache import ModelCache
-from mdsd.tree.compiled import FastPath, backend_of
-from mdsd.tree.draft import Pending
-from mdsd.tree.ledger import Ledger, TreeDecodeOutput
+from mdsd.tree.compiled import CapturedRunner, backend_of
+from mdsd.tree.config import DecodeConfig
+from mdsd.tree.drafter import as_drafter
+from mdsd.tree.eager import EagerRunner
+from mdsd.tree.ledger import TreeDecodeOutput
+from mdsd.tree.loop import decode
 from mdsd.tree.memory import check_decode_memory
-from mdsd.tree.models import eos_ids, shared_vocab_size
-from mdsd.tree.plan import DynamicTree, Plan, truncated_plan, with_retrieval
-from mdsd.tree.step import Rule, Summary, decode_step
+from mdsd.tree.plan import DynamicTree, Plan
+from mdsd.tree.spec import parse_method
 from mdsd.tree.tree import Tree
-from mdsd.verifiers.registry import check_name, path_rule, verifier
 
 __all__ = ["TreeDecoder", "TreeDecodeOutput"]
-
-PHASES = ("draft", "target", "verify", "cache")
 
 
 class TreeDecoder:
@@ -100,7 +95,7 @@ class TreeDecoder:
         :class:`mdsd.sources.PromptLookup`): True, inside the step, for the whole batch on the device (no
         host work per row, no read); False, on the host, row by row, between steps (as the eager path
         always does). None (default): inside on an accelerator from
-        :attr:`mdsd.tree.compiled.FastPath.TABLE_ROWS` rows on (``FUSED_TABLE_ROWS`` with an inductor
+        :attr:`mdsd.tree.compiled.CapturedRunner.TABLE_ROWS` rows on (``FUSED_TABLE_ROWS`` with an inductor
         backend), on the host otherwise. Both give the same proposals.
 
     Examples
@@ -126,60 +121,11 @@ class TreeDecoder:
         compile: bool | str = False,
         propose_inside: bool | None = None,
     ) -> None:
-        if (
-            tree is None
-            and draft is not None
-            or tree is not None
-            and not isinstance(tree, (Tree, DynamicTree))
-        ):
-            raise TypeError(f"tree must be an mdsd.Tree or mdsd.DynamicTree, got {type(tree).__name__}")
-        if source is not None and not (
-            callable(getattr(source, "propose", None)) and hasattr(source, "observe")
-        ):
-            raise TypeError(
-                f"source must follow mdsd.sources.Source (propose, observe), got {type(source).__name__}"
-            )
-        if depth is not None and not isinstance(depth, DepthPolicy):
-            raise TypeError(f"depth must be a DepthPolicy (mdsd.tree.adaptive), got {type(depth).__name__}")
-        if source is not None:
-            if len(retrieve) != 2 or not all(isinstance(x, int) and x >= 1 for x in retrieve):
-                raise ValueError(f"retrieve must be (width, depth), two integers >= 1; got {retrieve!r}")
-        self.target, self.draft, self.tree = target, draft, None if draft is None else tree
-        if depth is not None and depth.reads_proposals and (source is None or tree is None):
-            raise ValueError(
-                f"depth={type(depth).__name__}() chooses between a source's chains and the draft model's "
-                "tree: give both a source and a tree"
-            )
-        self.source, self.retrieve = source, tuple(retrieve)
-        self.depth_policy = depth
-        self._plans: dict[int, Plan] = {}
-        self.plan = self._plan(self._depth_of(self.tree))
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise TypeError(f"temperature must be a number, got {temperature!r}")
-        if not math.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
-        self.temperature = float(temperature)
-        self.vocab_size = shared_vocab_size(target, draft if draft is not None else target)
-        self.verifier_name = verifier
-        check_name(verifier)
-        rule = path_rule(verifier)  # a sequence-level rule (mdsd.sequence), or None: node-wise verification
-        self.paths = None if rule is None else rule.name
-        if rule is not None and (not isinstance(self.tree, Tree) or source is not None or depth is not None):
-            raise ValueError(
-                f"verifier {verifier!r} verifies a whole static mdsd.Tree per step: no DynamicTree, "
-                "source or depth policy"
-            )
-        if rule is not None and rule.chains_only and bool((self.tree.branching > 1).any()):
-            raise ValueError(f"verifier {verifier!r} verifies a chain (Tree.chain(L)), not a tree")
-        self.verifiers = _node_verifiers(
-            verifier if rule is None else rule.drafts_with, self.plan, self.temperature
+        self.target, self.draft = target, draft
+        self.drafter = as_drafter(draft)
+        self.config = DecodeConfig.build(
+            target, self.drafter, tree, verifier, temperature, eos_token_id, depth, source, retrieve
         )
-        widest = max(self.plan.widths, default=0)
-        if widest > self.vocab_size:
-            raise ValueError(
-                f"tree has a node with {widest} children but the vocabulary has {self.vocab_size}"
-            )
-        self.eos_token_ids = eos_ids(target, eos_token_id)
         self.profile = profile
         self.compile = backend_of(compile, _device(target))
         if propose_inside is not None and not isinstance(propose_inside, bool):
@@ -195,9 +141,59 @@ class TreeDecoder:
                 "each step; leave propose_inside unset"
             )
         self.propose_inside = propose_inside
-        self._fast_path = None
-        if self.compile is not None:
-            self._fast_path = FastPath(self, self.compile)  # refuses what the fast path cannot run
+        self._captured = None
+        if self.compile is not None:  # refuses what the fast path cannot run
+            self._captured = CapturedRunner(self.config, target, self.drafter, self.compile, propose_inside)
+
+    @classmethod
+    def from_method(
+        cls,
+        target: torch.nn.Module,
+        draft: object,
+        method: str,
+        temperature: float = 1.0,
+        *,
+        datastore: str = "",
+        seconds=None,
+        **options,
+    ) -> TreeDecoder:
+        """The decoder of a method spec ``TREE/VERIFIER[/POLICY][+SOURCE]`` (:mod:`mdsd.tree.spec`, as the
+        experiments and ``mdsd decode`` spell methods); ``datastore``, ``seconds``: what a ``datastore``
+        source and the ``rate`` policy need; ``options``: the other arguments of the decoder. ``draft`` is
+        not used where the method has no model tree (``none``).
+
+        >>> dec = TreeDecoder.from_method(target, draft, "chain:4/single/first+lookup", 0.6)  # doctest: +SKIP
+        """
+        arguments = parse_method(method).decoder_arguments(datastore, seconds)
+        drafter = None if arguments["tree"] is None else draft
+        return cls(target, drafter, temperature=temperature, **arguments, **options)
+
+    # ---- what it decodes with --------------------------------------------------------------------
+
+    tree = property(lambda self: self.config.tree, doc="The drafter's tree (None: no model tree).")
+    temperature = property(lambda self: self.config.temperature, doc="Sampling temperature T.")
+    source = property(lambda self: self.config.source, doc="The draft source, or None.")
+    retrieve = property(lambda self: self.config.retrieve, doc="(width, depth) of the source's chains.")
+    depth_policy = property(lambda self: self.config.policy, doc="The adaptive depth policy, or None.")
+    eos_token_ids = property(lambda self: self.config.eos_token_ids, doc="Tokens that end generation.")
+    vocab_size = property(lambda self: self.config.vocab_size, doc="The shared vocabulary's size V.")
+    verifier_name = property(lambda self: self.config.verifier, doc="The verifier's name, as given.")
+    rule = property(lambda self: self.config.rule, doc="How a step verifies (mdsd.tree.step.Rule).")
+
+    @property
+    def plan(self) -> Plan:
+        """The step plan of the whole tree."""
+        return self.config.plan(self.config.full_depth)
+
+    @property
+    def verifiers(self) -> dict:
+        """{k: the node verifier of a node with k children}; assigning swaps them (e.g. a verifier with
+        other options) for the following decodes."""
+        return self.config.rule.verifiers
+
+    @verifiers.setter
+    def verifiers(self, verifiers: dict) -> None:
+        self.config = self.config.with_verifiers(verifiers)
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -224,111 +220,16 @@ class TreeDecoder:
         Each row advances by its own accepted count and leaves the batch when it is done; the result of each
         row is what :meth:`generate` would produce for it alone under the same randomness law.
         """
-        rows_in = self._check_inputs(prompts, max_new_tokens)
+        rows = self._check_inputs(prompts, max_new_tokens)
         dev = _device(self.target)
         generator = self._check_generator(generator, dev)
-        check_decode_memory(self.target, self.draft, self.plan, rows_in, max_new_tokens, dev)
-        if self._fast_path is not None:
-            return self._fast_path.generate(rows_in, max_new_tokens, generator)
-        B = len(rows_in)
-        profile = self.profile if self.profile is not None else dev.type == "cpu"
-        timings = dict.fromkeys(("total", *PHASES) if profile else ("total",), 0.0)
-        start = time.perf_counter()
-        ledger = Ledger(B, max_new_tokens, self.eos_token_ids)
-        t_cache = ModelCache(self.target, B, dev, self.temperature)
-        d_cache = ModelCache(self.draft, B, dev, self.temperature) if self.draft is not None else None
-        t_pending = d_pending = Pending.from_rows(rows_in, dev)
-        active = np.arange(B)  # original row of each batch row
-        policy, full = self.depth_policy, self._depth_of(self.tree)
-        fork = getattr(self.source, "fork", None)  # a source with per-sequence state: one per row
-        sources = [fork() if fork else self.source for _ in range(B)]
-        depths = policy.start(B, full) if policy is not None else None
-        while active.size:
-            clock = _Clock(dev, timings, profile)
-            step_start = time.perf_counter()
-            retrieved = None
-            if self.source is not None:
-                contexts = [rows_in[r] + ledger.emitted(r) for r in active]
-                retrieved, proposed = self._retrieve([sources[r] for r in active], contexts, dev)
-                if depths is not None:
-                    depths = policy.given_proposals(depths, proposed)
-            plan, limit = self.plan, None
-            if depths is not None:
-                plan = self._plan(int(depths.max()))
-                if depths.min() < depths.max():  # rows differ: expansions below a row's depth are off
-                    limit = torch.as_tensor(depths, device=dev)
-            stream = UniformStream(generator=generator)  # the step's one source of random numbers
-            out, bad, forwards = decode_step(
-                t_cache, d_cache, t_pending, d_pending, plan, self.rule, stream, limit, retrieved, clock.lap
-            )
-            summary = Summary.read(out.packed(bad))  # the step's one synchronisation
-            clock.lap("verify")
-            row_depths = depths if depths is not None else np.full(active.size, plan.max_depth)
-            elapsed = time.perf_counter() - step_start  # up to the step's synchronisation
-            done = ledger.record(active, summary, row_depths, forwards, elapsed)
-            if depths is not None:
-                depths = policy.update(depths, summary.accepted, full)
-            if self.source is not None:
-                for r in active:
-                    sources[r].observe(rows_in[r] + ledger.emitted(r))
-            t_cache.commit(out.target_keep[:, : summary.target_kept.max()], out.target_kept)
-            if d_cache is not None and summary.draft_kept.max() > 0:  # 0: it read nothing (a lag step)
-                d_cache.commit(out.draft_keep[:, : summary.draft_kept.max()], out.draft_kept)
-            width = int(summary.draft_pending.max())  # the draft's pending block, trimmed to its widest row
-            t_pending = out.target_next
-            d_pending = Pending(out.draft_next.ids[:, -width:], out.draft_next.real[:, -width:])
-            if done.any():
-                keep = torch.as_tensor(np.flatnonzero(~done), device=dev)
-                for cache in (t_cache, d_cache):
-                    if cache is not None:
-                        cache.select_rows(keep)
-                t_pending = Pending(t_pending.ids[keep], t_pending.real[keep])
-                d_pending = Pending(d_pending.ids[keep], d_pending.real[keep])
-                active = active[~done]
-                if depths is not None:
-                    depths = depths[~done]
-                    policy.keep(np.flatnonzero(~done))
-            clock.lap("cache")
-        timings["total"] = time.perf_counter() - start
-        return ledger.outputs(timings)
-
-    @property
-    def rule(self) -> Rule:
-        """How a step verifies (the current ``verifiers``, temperature and sequence-level rule)."""
-        return Rule(self.verifiers, self.temperature, self.paths, self.tree)
-
-    @staticmethod
-    def _depth_of(tree: Tree | DynamicTree | None) -> int:
-        return 0 if tree is None else tree.max_depth if isinstance(tree, Tree) else tree.depth
-
-    def _plan(self, depth: int) -> Plan:
-        """The plan of the tree truncated at ``depth``, with the retrieved chains (made once per depth)."""
-        if depth not in self._plans:
-            if self.tree is None or depth == 0:  # depth 0: a source's chains alone
-                plan = None if self.source is not None else Plan.root()
-            else:
-                plan = truncated_plan(self.tree, depth)
-            if self.source is not None:
-                plan = with_retrieval(plan, *self.retrieve)
-            self._plans[depth] = plan
-        return self._plans[depth]
-
-    def _retrieve(
-        self, sources: list, contexts: list[list[int]], device: torch.device
-    ) -> tuple[torch.Tensor, np.ndarray]:
-        """Each row's proposals on ``device``, tokens [B, width, depth] (-1 where there is none), and the
-        length of each row's longest proposal [B] on the host."""
-        width, depth = self.retrieve
-        table = np.full((len(contexts), width, depth), -1, dtype=np.int64)
-        for b, (source, context) in enumerate(zip(sources, contexts, strict=True)):
-            for i, proposal in enumerate(source.propose(context, width, depth)[:width]):
-                tokens = proposal.tokens[:depth]
-                table[b, i, : len(tokens)] = tokens
-        longest = (table >= 0).sum(2).max(1)
-        host = torch.from_numpy(table)
-        if device.type == "cuda":  # an asynchronous copy: the device does not wait for the host
-            return host.pin_memory().to(device, non_blocking=True), longest
-        return host.to(device), longest
+        check_decode_memory(self.target, self.drafter, self.plan, rows, max_new_tokens, dev)
+        if self._captured is not None:
+            self._captured.configure(self.config)  # the verifiers may have been swapped since
+            runner = self._captured
+        else:
+            runner = EagerRunner(self.config, self.target, self.drafter, self.profile)
+        return decode(self.config, runner, rows, max_new_tokens, generator, dev)
 
     # ---- input checks --------------------------------------------------------------------------
 
@@ -381,37 +282,5 @@ class TreeDecoder:
         return generator
 
 
-class _Clock:
-    def __init__(self, device: torch.device, timings: dict[str, float], profile: bool) -> None:
-        self.device, self.timings, self.profile = device, timings, profile
-        self.start = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        if not self.profile:
-            return
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
-        self.timings[phase] += now - self.start
-        self.start = now
-
-
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def _node_verifiers(name: str, plan: Plan, temperature: float) -> dict:
-    """{k: the verifier of a node with k children} for the node verifier ``name`` (none at T = 0)."""
-    if temperature == 0:
-        return {}
-    out = {}
-    for k in plan.widths:
-        try:
-            out[k] = verifier(name, k)
-        except ValueError as err:
-            if k != 1:
-                raise ValueError(
-                    f"tree has a node with {k} children, too wide for verifier {name!r}: {err}"
-                ) from None
-            out[k] = verifier("single", 1)
-    return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from mdsd.sampling import block_masses
+from mdsd.tree.cache import Cache
 from mdsd.tree.plan import Group, Plan
 
 __all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "causal"]
@@ -22,10 +23,13 @@ __all__ = ["Expansion", "Drafted", "Pending", "draft_tree", "causal"]
 
 @dataclass
 class Pending:
-    """Tokens a model has not seen yet, left-padded per row: ``ids [B, P]``, ``real [B, P]``."""
+    """Tokens a model has not seen yet, left-padded per row: ``ids [B, P]``, ``real [B, P]``, and for a
+    drafter that reads the target's features (:attr:`mdsd.tree.cache.Cache.reads_features`) each token's
+    feature ``features [B, P, H]`` (the target's hidden state at the position before it)."""
 
     ids: torch.Tensor
     real: torch.Tensor
+    features: torch.Tensor | None = None
 
     @classmethod
     def from_rows(cls, rows: list[list[int]], device: torch.device) -> Pending:
@@ -61,7 +65,9 @@ class Drafted:
     forward: torch.Tensor  # [B, F] nodes of the target forward, root first, ancestors before descendants
     draft_nodes: torch.Tensor  # [B, Fd] nodes forwarded to the draft below the root, in cache order
     forwards: int  # draft forwards run
+    bad: torch.Tensor  # [B] bool: the draft's logits were not finite
     lag: bool = False  # the draft did not read its pending block: the block carries over to the next step
+    rereads: bool = False  # the drafter keeps none of its tree's entries and reads the accepted path again
 
 
 def causal(real: torch.Tensor) -> torch.Tensor:
@@ -73,25 +79,26 @@ def causal(real: torch.Tensor) -> torch.Tensor:
 
 
 def draft_tree(
-    cache,
+    cache: Cache | None,
     pending: Pending,
     plan: Plan,
     verifiers: dict,
     temperature: float,
-    generator,
-    depth_limit: torch.Tensor | None = None,
+    stream,
+    limit: torch.Tensor | None = None,
     retrieved: torch.Tensor | None = None,
     catch_up: bool = False,
-) -> tuple[Drafted, torch.Tensor]:
-    """Draft one step's tree. Returns the tree and a device flag [B] of non-finite draft logits.
+) -> Drafted:
+    """Draft one step's tree (with the flag [B] of rows whose draft logits were not finite).
 
-    ``cache`` is the draft model's cache (:mod:`mdsd.tree.cache`; None when there is no draft model).
-    ``verifiers[k]`` draws the k children of a node (``draft_unchecked(q, generator)``; ``generator`` a
-    torch.Generator or the step's :class:`mdsd.sampling.UniformStream`); ``depth_limit`` [B] (optional)
-    switches off expansions at depths >= the row's limit (adaptive draft lengths); ``retrieved``
-    [B, width, depth] holds the tokens of the plan's retrieved chains (-1: none). A plan of retrieved chains
-    alone runs no draft forward and leaves the draft's pending block to a later step (:attr:`Drafted.lag`),
-    unless ``catch_up``: then the draft reads it all the same.
+    ``cache`` is the drafter's cache (:class:`mdsd.tree.cache.Cache`; None when there is no draft model);
+    one that reads the target's features gets each pending token's from ``pending.features`` and each
+    node's from its own output at the node's parent. ``verifiers[k]`` draws the k children of a node
+    (``draft_unchecked(q, stream)``; ``stream`` the step's :class:`mdsd.sampling.UniformStream` or a
+    torch.Generator); ``limit`` [B] (optional) switches off expansions at depths >= the row's limit
+    (adaptive draft lengths); ``retrieved`` [B, width, depth] holds the tokens of the plan's retrieved
+    chains (-1: none). A plan of retrieved chains alone runs no draft forward and leaves the draft's pending
+    block to a later step (:attr:`Drafted.lag`), unless ``catch_up``: then the draft reads it all the same.
     """
     B, dev, N = pending.ids.shape[0], pending.ids.device, plan.num_nodes
     tree = _Growing.start(plan, pending, retrieved)
@@ -100,13 +107,19 @@ def draft_tree(
     expansions: list[Expansion] = []
     forwards = 0
     read = catch_up or bool(plan.widths)  # widths: the plan's nodes with drawn children
+    features = cache is not None and cache.reads_features
     if cache is not None and read:  # level 0: the pending tokens (causal, left-padded), the root last
         cache.begin()
         live = cache.live()
         positions = live[:, None] + (pending.real.cumsum(1) - 1).clamp(min=0)
         root_pos = live + pending.real.sum(1) - 1
-        logits, bad = cache.forward(pending.ids, causal(pending.real), positions, 1, pending.real)
+        logits, bad, hidden = cache.forward(
+            pending.ids, causal(pending.real), positions, 1, pending.real, features=pending.features
+        )
         forwards = 1
+        if features:  # the drafter's own feature at each node, the input of the node's children
+            tree.hidden = hidden.new_zeros(B, N, hidden.shape[2])
+            tree.hidden[:, 0] = hidden[:, 0]
     for d in range(plan.max_depth):
         groups = plan.groups_at(d)
         chosen = [_expanded_nodes(g, tree.score, plan) for g in groups]  # [B, M_g] each
@@ -123,14 +136,21 @@ def draft_tree(
                 [pending.real[:, None, :].expand(-1, M, -1), anc.gather(2, _rows(draft_nodes, nodes))], dim=2
             )
             eye = torch.eye(M, dtype=torch.bool, device=dev).expand(B, -1, -1)
-            logits, worse = cache.forward(
+            inputs = None
+            if features:  # each node reads its parent's output
+                parents = tree.parent.gather(1, nodes)
+                inputs = tree.hidden.gather(1, parents[..., None].expand(-1, -1, tree.hidden.shape[2]))
+            logits, worse, hidden = cache.forward(
                 tree.tokens.gather(1, nodes),
                 eye,
                 root_pos[:, None] + d,
                 M,
                 torch.ones_like(nodes, dtype=torch.bool),
                 local,
+                features=inputs,
             )
+            if features:
+                tree.hidden.scatter_(1, nodes[..., None].expand(-1, -1, hidden.shape[2]), hidden)
             bad |= worse
             draft_nodes = torch.cat([draft_nodes, nodes], dim=1)
             forwards += 1
@@ -138,7 +158,7 @@ def draft_tree(
                 group_logits[i] = part
         for i, g in enumerate(groups):
             expansions.append(
-                _expand(g, chosen[i], group_logits[i], tree, verifiers, temperature, generator, depth_limit)
+                _expand(g, chosen[i], group_logits[i], tree, verifiers, temperature, stream, limit)
             )
     forward = _forward_nodes(plan, tree.score)
     drafted = Drafted(
@@ -151,9 +171,11 @@ def draft_tree(
         forward,
         draft_nodes,
         forwards,
+        bad,
         cache is not None and not read,
+        features,
     )
-    return drafted, bad
+    return drafted
 
 
 @dataclass
@@ -166,6 +188,7 @@ class _Growing:
     parent: torch.Tensor  # [B, N]
     ancestors: torch.Tensor  # [B, N, N]
     score: torch.Tensor  # [B, N] log path probability under the draft
+    hidden: torch.Tensor | None = None  # [B, N, H] the drafter's output at each node (a feature reader)
 
     @classmethod
     def start(cls, plan: Plan, pending: Pending, retrieved: torch.Tensor | None) -> _Growing:
@@ -198,7 +221,7 @@ def _expanded_nodes(g: Group, score: torch.Tensor, plan: Plan) -> torch.Tensor:
     return lo + order[:, : g.size]
 
 
-def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) -> Expansion:
+def _expand(g, nodes, logits, tree, verifiers, temperature, stream, limit) -> Expansion:
     """Give every node of group ``g`` its children: the deterministic ones (already in ``tokens``) and ``k``
     drawn with the verifier's law from q without them; record parents, ancestors and path scores."""
     plan, tokens, valid, parent, ancestors, score = (
@@ -234,7 +257,7 @@ def _expand(g, nodes, logits, tree, verifiers, temperature, generator, limit) ->
                 q = q.div_(q.sum(-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny))
             if verifiers[g.k].law.inverts:  # one pass over q for its draws and its verification
                 masses = block_masses(q)
-            drafts = verifiers[g.k].draft_unchecked(q, generator, masses)  # [B, M, k]
+            drafts = verifiers[g.k].draft_unchecked(q, stream, masses)  # [B, M, k]
         drawn = children[..., g.fixed :].reshape(B, -1)
         tokens.scatter_(1, drawn, drafts.reshape(B, -1))
         step = law.gather(-1, tokens.gather(1, children.reshape(B, -1)).reshape(B, M, -1))  # (log) q(child)

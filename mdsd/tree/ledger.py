@@ -43,7 +43,7 @@ class TreeDecodeOutput:
         Draft-model forward passes run while this prompt was decoded.
     draft_buffer_reads : int
         Drafting steps whose first draft forward read the draft's whole pending buffer
-        (:attr:`mdsd.tree.compiled.FastPath.LAG` blocks) instead of one block: on the fast path, under a
+        (:attr:`mdsd.tree.compiled.CapturedRunner.LAG` blocks) instead of one block: on the fast path, under a
         policy that may draft a source's chains alone, a drafting step after chains-only steps that left
         more than a block of tokens. A cost model prices that forward at the buffer's width. Not counted:
         the draft forwards of chains-only steps (catch-ups over the whole buffer, and the prompt's read

@@ -1,20 +1,155 @@
-"""The command-line spellings shared by ``mdsd decode`` and the experiments' method specs.
+"""The one parser of decoding methods' spellings, shared by ``mdsd decode``, the experiments and the decoder.
 
-A token tree: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...`` (branching
-per depth), ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (:class:`mdsd.DynamicTree`), or a JSON file written by
-``Tree.to_json`` (e.g. a Sequoia tree); every number is an integer >= 1. The decoder's path: ``--compile``
+A method is ``TREE/VERIFIER[/POLICY][+SOURCE]`` (:func:`parse_method`, :class:`Method`):
+
+* TREE, a token tree: ``chain:N``, ``binary:D`` (the full binary tree of depth D), ``kary:b1,b2,...``
+  (branching per depth), ``dynamic:DEPTH,K,EXPAND[,BUDGET]`` (:class:`mdsd.DynamicTree`), a JSON file
+  written by ``Tree.to_json`` (e.g. a Sequoia tree), ``sequoia:N`` (Sequoia's best tree of N nodes for the
+  verifier's acceptance vector, which the experiments measure) or ``none`` (no draft model: the source
+  alone); every number is an integer >= 1;
+* VERIFIER: a name of :func:`mdsd.verifiers.verifier_names` (the verifier registry);
+* POLICY: an adaptive depth policy's spec (:func:`mdsd.tree.adaptive.policy_names`: ``grow``, ``rate``,
+  ``first[:N[:M]]``, ...);
+* SOURCE: a draft source's spec (:func:`mdsd.sources.source_names`: ``lookup``, ``datastore``,
+  ``dictionary``, ..., several joined by ``,``).
+
+Each part is checked against its registry before anything is loaded; :meth:`Method.decoder_arguments`
+builds the decoder's arguments (``mdsd.TreeDecoder.from_method``). The decoder's path: ``--compile``
 (:func:`compile_option`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from mdsd.sources.registry import make_source, source_names
+from mdsd.tree.adaptive import make_policy, policy_names
 from mdsd.tree.memory import TreeShape
 from mdsd.tree.plan import DynamicTree
 from mdsd.tree.tree import Tree
+from mdsd.verifiers.registry import check_name
 
-__all__ = ["parse_tree", "tree_shape", "compile_option"]
+__all__ = ["Method", "parse_method", "parse_tree", "tree_shape", "compile_option"]
+
+SOURCE_POLICIES = ("first",)  # policies that choose between a source's chains and the model's tree
+
+
+@dataclass(frozen=True)
+class Method:
+    """A decoding method's parts (module docstring), each checked; '' where a part is absent."""
+
+    tree: str
+    verifier: str
+    policy: str = ""
+    source: str = ""
+
+    def __str__(self) -> str:
+        policy = f"/{self.policy}" if self.policy else ""
+        source = f"+{self.source}" if self.source else ""
+        return f"{self.tree}/{self.verifier}{policy}{source}"
+
+    def decoder_arguments(
+        self,
+        datastore: str = "",
+        seconds: Callable[[int], float] | None = None,
+        acceptance: list[float] | None = None,
+        sequoia_depth: int = 8,
+    ) -> dict:
+        """The keyword arguments of :class:`mdsd.TreeDecoder` for this method: ``tree``, ``verifier``,
+        ``depth`` and ``source``, built fresh (``datastore``: the directory of a ``datastore`` source;
+        ``seconds``: the cost model of the ``rate`` policy; ``acceptance``: the acceptance vector a
+        ``sequoia:N`` tree is built for, at most ``sequoia_depth`` deep)."""
+        if self.tree.startswith("sequoia:"):
+            if acceptance is None:
+                raise ValueError(
+                    f"method {str(self)!r}: a Sequoia tree needs the verifier's acceptance vector"
+                )
+            tree = Tree.sequoia(acceptance, int(self.tree.split(":")[1]), sequoia_depth)
+        else:
+            tree = None if self.tree == "none" else parse_tree(self.tree)
+        return {
+            "tree": tree,
+            "verifier": self.verifier,
+            "depth": make_policy(self.policy, seconds=seconds) if self.policy else None,
+            "source": make_source(self.source, datastore) if self.source else None,
+        }
+
+
+def parse_method(spec: str) -> Method:
+    """The :class:`Method` of a spelling ``TREE/VERIFIER[/POLICY][+SOURCE]``, every part checked against its
+    registry (``ValueError`` naming the method and the part).
+
+    >>> parse_method("chain:4/single/first:3+lookup")
+    Method(tree='chain:4', verifier='single', policy='first:3', source='lookup')
+    >>> parse_method("chain:2/rrs/first")
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'chain:2/rrs/first': the policy first chooses between a model tree and a +SOURCE
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"a method must be a string TREE/VERIFIER[/POLICY][+SOURCE], got {spec!r}")
+    head, _, source = spec.partition("+")
+    parts = head.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"method {spec!r} must be TREE/VERIFIER[/POLICY][+SOURCE] or an hf-* baseline")
+    method = Method(parts[0], parts[1], parts[2] if len(parts) == 3 else "", source)
+    try:
+        check_method(method)
+    except ValueError as err:
+        raise ValueError(f"method {spec!r}: {err}") from None
+    return method
+
+
+def check_method(method: Method, flags: dict[str, str] | None = None) -> None:
+    """Check each part of ``method`` against its registry and the parts against each other, before anything
+    is loaded; a message names the part (by its flag in ``flags``, e.g. ``{"source": "--source"}``)."""
+    flags = flags or {}
+
+    def named(part: str, check) -> None:
+        try:
+            check()
+        except ValueError as err:
+            raise ValueError(f"{flags[part]}: {err}" if part in flags else str(err)) from None
+
+    named("tree", lambda: check_tree(method.tree))
+    named("verifier", lambda: check_name(method.verifier))
+    if method.source:
+        names = ", ".join(source_names())
+        for part in method.source.split(","):
+            if part.partition(":")[0] not in source_names():
+                named("source", lambda part=part: _refuse(f"source {part!r} must be one of {names}"))
+    if method.policy:
+        name = method.policy.partition(":")[0]
+        if name not in policy_names():
+            named(
+                "policy",
+                lambda: _refuse(
+                    f"the policy must be one of {', '.join(policy_names())}, got {method.policy!r}"
+                ),
+            )
+        if method.tree == "none":
+            named("policy", lambda: _refuse("a depth policy truncates the draft model's tree: give a tree"))
+        if name in SOURCE_POLICIES and not method.source:
+            named("policy", lambda: _refuse(f"the policy {name} chooses between a model tree and a +SOURCE"))
+        if name in SOURCE_POLICIES:  # its options, checked by building it (it has no context)
+            named("policy", lambda: make_policy(method.policy))
+
+
+def _refuse(message: str):
+    raise ValueError(message)
+
+
+def check_tree(spec: str) -> None:
+    """Refuse a TREE that is not ``none``, ``sequoia:N`` or a :func:`parse_tree` spelling (a ``.json`` file
+    is read when the decoder is built)."""
+    if spec == "none" or Path(spec).suffix == ".json":
+        return
+    if spec.startswith("sequoia:"):
+        _positive(spec, "N", spec.split(":", 1)[1])
+        return
+    tree_shape(spec)
 
 
 def parse_tree(spec: str):

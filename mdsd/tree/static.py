@@ -30,7 +30,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mdsd.tree.cache import finite, tempered
+from mdsd.tree.cache import Forward, finite, tempered
 
 __all__ = ["StaticLM", "FAMILIES", "static_obstacle"]
 
@@ -56,12 +56,21 @@ def static_obstacle(model: torch.nn.Module) -> str | None:
 class StaticLM:
     """``model`` over static caches of ``rows`` rows and ``capacity`` slots per row.
 
-    Implements the cache interface of :mod:`mdsd.tree.cache` (``begin``, ``live``, ``forward``,
-    ``commit``; logits at ``temperature``); ``length`` [B] (committed entries per row) and the caches are
-    updated in place, so a captured step can reuse them.
+    Implements :class:`mdsd.tree.cache.Cache` (logits at ``temperature``; with ``hidden``, also the final
+    hidden states, as :class:`~mdsd.tree.cache.ModelCache`); ``length`` [B] (committed entries per row) and
+    the caches are updated in place, so a captured step can reuse them.
     """
 
-    def __init__(self, model: torch.nn.Module, rows: int, capacity: int, temperature: float = 1.0) -> None:
+    reads_features = False
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        rows: int,
+        capacity: int,
+        temperature: float = 1.0,
+        hidden: bool = False,
+    ) -> None:
         reason = static_obstacle(model)
         if reason is not None:
             raise ValueError(f"{reason}; decode with compile=False (the eager path) instead")
@@ -88,6 +97,7 @@ class StaticLM:
         self.capacity = capacity
         self.local = 0
         self.temperature = temperature
+        self.hidden = hidden
         # logits / T as (h / T) W: the division runs over [B, Q, hidden], not [B, Q, V], where the model's
         # dtype holds h / T (not float16: h / 1e-3 overflows it; there the float32 logits are divided)
         wide = torch.finfo(param.dtype).max > 1e38
@@ -97,6 +107,11 @@ class StaticLM:
 
     def begin(self) -> None:
         """Start a step (step slots written and not committed are forgotten)."""
+        self.local = 0
+
+    def reset(self) -> None:
+        """Forget every row's entries (a new decode in the same buffers)."""
+        self.length.zero_()
         self.local = 0
 
     def live(self) -> torch.Tensor:
@@ -112,7 +127,8 @@ class StaticLM:
         keep: int,
         block_valid: torch.Tensor,  # noqa: ARG002 (dead slots are those a later mask leaves out)
         local: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        features: torch.Tensor | None = None,  # noqa: ARG002 (a language model reads tokens only)
+    ) -> Forward:
         """:meth:`mdsd.tree.cache.ModelCache.forward` over the static caches (same arguments, same
         results)."""
         B, Q = ids.shape
@@ -134,9 +150,10 @@ class StaticLM:
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         h = core.norm(h[:, -keep:])
         self.local = S + Q
+        hidden = h if self.hidden else None
         if self._fold is not None:
-            return finite(self.model.get_output_embeddings()(h * self._fold))
-        return finite(tempered(self.model.get_output_embeddings()(h), self.temperature))
+            return Forward(*finite(self.model.get_output_embeddings()(h * self._fold)), hidden)
+        return Forward(*finite(tempered(self.model.get_output_embeddings()(h), self.temperature)), hidden)
 
     @torch.no_grad()
     def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:

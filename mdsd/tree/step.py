@@ -16,8 +16,8 @@
   the accepted path, the final token (residual or bonus; none when the walk ends on a node the target did not
   see), the tokens emitted, and what each model has to keep and to read next.
 
-The host reads one packed tensor per step (:meth:`Outcome.packed`, read as a :class:`Summary`), the only
-synchronisation the loop needs.
+The host reads one packed tensor per step (:meth:`Outcome.packed`, read as a :class:`Summary`, whose
+columns are named once, in :data:`COLUMNS`), the only synchronisation the loop needs.
 """
 
 from __future__ import annotations
@@ -30,9 +30,21 @@ import numpy as np
 import torch
 
 from mdsd.sampling import inverse_cdf, uniform
+from mdsd.tree.cache import Cache, Forward
 from mdsd.tree.draft import Drafted, Expansion, Pending, causal, draft_tree
 
-__all__ = ["Rule", "decode_step", "target_tree", "verify_nodes", "verify_paths", "walk", "Outcome", "Summary"]
+__all__ = [
+    "Rule",
+    "decode_step",
+    "target_tree",
+    "verify_nodes",
+    "verify_paths",
+    "Verdicts",
+    "walk",
+    "Outcome",
+    "Summary",
+    "COLUMNS",
+]
 
 BONUS = -2  # stop token of a forwarded node that ends the step with a bonus token drawn from p there
 
@@ -40,66 +52,60 @@ BONUS = -2  # stop token of a forwarded node that ends the step with a bonus tok
 @dataclass(frozen=True)
 class Rule:
     """How a step verifies its tree: ``verifiers`` {k: the node verifier of a node with k children}, or
-    the sequence-level rule ``paths`` ("block", "traversal") over the static ``tree``; at ``temperature``
-    0 greedily (a child is accepted iff it is the target's argmax)."""
+    the sequence-level ``path`` rule (:class:`mdsd.verifiers.registry.PathRule`: block verification,
+    Traversal Verification) over the static ``tree``, whose kernel verifies a row's whole tree; at
+    ``temperature`` 0 greedily (a child is accepted iff it is the target's argmax)."""
 
     verifiers: dict
     temperature: float
-    paths: str | None = None
+    path: object = None
     tree: object = None
 
 
 def decode_step(
-    target,
-    draft,
+    target: Cache,
+    draft: Cache | None,
     target_pending: Pending,
     draft_pending: Pending,
     plan,
     rule: Rule,
-    generator,
-    depth_limit: torch.Tensor | None = None,
+    stream,
+    limit: torch.Tensor | None = None,
     retrieved: torch.Tensor | None = None,
     lap=None,
     catch_up: bool = False,
-) -> tuple[Outcome, torch.Tensor, int]:
+) -> Outcome:
     """One decoding step, the ladder draft → target forward → verify → walk, for every row at once.
 
-    ``target`` and ``draft`` are the models' caches (:mod:`mdsd.tree.cache`; ``draft`` None when a source
-    drafts alone); ``generator`` a torch.Generator or the step's :class:`mdsd.sampling.UniformStream`, the
-    one source of the step's random numbers; ``lap(phase)``, if given, is called after "draft" and
-    "target"; ``catch_up``: the draft reads its pending block even where the plan draws no children
-    (:func:`mdsd.tree.draft.draft_tree`). Returns the :class:`Outcome`, the non-finite flag [B] (1 draft,
-    2 target) and the number of draft forwards run. Nothing here waits for the device.
+    ``target`` and ``draft`` are the models' caches (:class:`mdsd.tree.cache.Cache`; ``draft`` None when a
+    source drafts alone); ``stream`` the step's :class:`mdsd.sampling.UniformStream` (or a
+    torch.Generator), the one source of the step's random numbers; ``limit`` [B] each row's draft depth
+    (None: the plan's); ``lap(phase)``, if given, is called after "draft" and "target"; ``catch_up``: the
+    draft reads its pending block even where the plan draws no children
+    (:func:`mdsd.tree.draft.draft_tree`). Nothing here waits for the device.
     """
-    drafted, bad = draft_tree(
-        draft,
-        draft_pending,
-        plan,
-        rule.verifiers,
-        rule.temperature,
-        generator,
-        depth_limit,
-        retrieved,
-        catch_up,
+    drafted = draft_tree(
+        draft, draft_pending, plan, rule.verifiers, rule.temperature, stream, limit, retrieved, catch_up
     )
     if lap is not None:
         lap("draft")
-    logits, bad_target = target_tree(target, target_pending, drafted)
+    seen = target_tree(target, target_pending, drafted)
     if lap is not None:
         lap("target")
-    bonus = None
-    if rule.paths is not None and rule.temperature > 0:
-        next_node, stop = verify_paths(drafted, logits, rule.paths, rule.tree, rule.temperature, generator)
+    if rule.path is not None and rule.temperature > 0:
+        verdicts = verify_paths(drafted, seen.logits, rule.path, rule.tree, stream)
     else:
-        next_node, stop, bonus = verify_nodes(drafted, logits, rule.verifiers, rule.temperature, generator)
-    out = walk(drafted, next_node, stop, target_pending, draft_pending, bonus)
-    return out, bad.long() | 2 * bad_target.long(), drafted.forwards
+        verdicts = verify_nodes(drafted, seen.logits, rule.verifiers, rule.temperature, stream)
+    out = walk(drafted, verdicts, target_pending, draft_pending, seen.hidden)
+    out.bad = drafted.bad.long() | 2 * seen.bad.long()
+    return out
 
 
-def target_tree(cache, pending: Pending, drafted: Drafted) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits [B, F, V] at the forwarded nodes (root first) from one target forward over the target's
-    ``cache`` (:mod:`mdsd.tree.cache`; at the decoder's temperature: p = their softmax), and the flag [B]
-    of rows with non-finite logits."""
+def target_tree(cache: Cache, pending: Pending, drafted: Drafted) -> Forward:
+    """One target forward over the target's ``cache`` (:class:`mdsd.tree.cache.Cache`; at the decoder's
+    temperature: p = the softmax of the logits) at the forwarded nodes, root first: logits [B, F, V], the
+    flag [B] of rows with non-finite logits, and the hidden states [B, F, H] where the cache returns them
+    (a drafter that reads the target's features)."""
     B, P = pending.ids.shape
     nodes = drafted.forward[:, 1:]  # [B, F - 1]
     F1 = nodes.shape[1]
@@ -120,12 +126,20 @@ def target_tree(cache, pending: Pending, drafted: Drafted) -> tuple[torch.Tensor
     return cache.forward(ids, visible, positions, F1 + 1, block_valid)
 
 
+@dataclass
+class Verdicts:
+    """What verification decided at every node of a step's tree (B rows, N nodes)."""
+
+    next_node: torch.Tensor  # [B, N] the accepted child, -1: none
+    stop: torch.Tensor  # [B, N] the token to stop with there, -1: none, BONUS: a draw from p there
+    bonus: Callable | None = None  # bonus(nodes [B]) -> tokens [B]: those draws, one node a row
+
+
 def verify_nodes(
-    drafted: Drafted, logits: torch.Tensor, verifiers: dict, temperature: float, generator
-) -> tuple[torch.Tensor, torch.Tensor, Callable | None]:
-    """Per node [B, N]: the accepted child (-1: none) and the token to stop with there (-1: none;
-    :data:`BONUS`: a draw from p there); and ``bonus``, which makes those draws for one node a row
-    (``bonus(nodes [B]) -> tokens [B]``; None at T = 0, where the stop tokens are the argmaxes)."""
+    drafted: Drafted, logits: torch.Tensor, verifiers: dict, temperature: float, stream
+) -> Verdicts:
+    """Every expanded node verified by the node verifier of its width, all at once (:class:`Verdicts`;
+    no ``bonus`` at T = 0, where the stop tokens are the argmaxes)."""
     B, N = drafted.tokens.shape
     forward = drafted.forward
     F = forward.shape[1]
@@ -146,7 +160,7 @@ def verify_nodes(
         def bonus(nodes: torch.Tensor) -> torch.Tensor:  # a draw from p at each row's node [B]
             at = fpos.gather(1, nodes[:, None]).clamp(min=0)  # [B, 1]
             rows = logits[:, 0] if F == 1 else _rows(logits, at)[:, 0]
-            return inverse_cdf(law(rows), uniform((B, 1), generator, logits.device))[:, 0]
+            return inverse_cdf(law(rows), uniform((B, 1), stream, logits.device))[:, 0]
 
     for e in _joined(drafted.expansions, drafted.plan):
         at = fpos.gather(1, e.node)  # [B, M]
@@ -157,17 +171,17 @@ def verify_nodes(
             tok = best.gather(1, at.clamp(min=0))
             idx = _first_match(drafts, e.valid, tok)
         elif e.group.k == 0:  # deterministic children only: y ~ p, kept iff drafted
-            u = uniform((B, M, 1), generator, logits.device)
+            u = uniform((B, M, 1), stream, logits.device)
             tok = inverse_cdf(law(_rows_at(logits, drafted.plan, e.group, at)), u)[..., 0]
             idx = _first_match(drafts, e.valid, tok)
         else:
             pe = law(_rows_at(logits, drafted.plan, e.group, at))  # [B, M, V]
-            tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, generator)
+            tok, idx = _verify_mixed(verifiers[e.group.k], pe, e, drafts, stream)
         child = e.children.gather(2, idx.clamp(min=0)[..., None])[..., 0]
         next_node.scatter_(1, e.node, torch.where(ok & (idx >= 0), child, -1))
         here = stop.gather(1, e.node)
         stop.scatter_(1, e.node, torch.where(ok, torch.where(idx >= 0, -1, tok), here))
-    return next_node, stop, bonus
+    return Verdicts(next_node, stop, bonus)
 
 
 def _joined(expansions: list[Expansion], plan) -> list[Expansion]:
@@ -194,20 +208,15 @@ def _joined(expansions: list[Expansion], plan) -> list[Expansion]:
     return [joined, *(e for e in expansions if e.group.k > 0)]
 
 
-def verify_paths(
-    drafted: Drafted, logits: torch.Tensor, rule: str, tree, temperature: float, generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`verify_nodes` for a sequence-level ``rule``: "block" (a chain of single drafts) or
-    "traversal" (a static tree of i.i.d. children). Every node is forwarded (T > 0, a fixed plan).
+def verify_paths(drafted: Drafted, logits: torch.Tensor, rule, tree, stream) -> Verdicts:
+    """:func:`verify_nodes` for a sequence-level ``rule`` (:class:`mdsd.verifiers.registry.PathRule`, e.g.
+    block verification of a chain, Traversal Verification of a static tree of i.i.d. children), whose
+    kernel verifies each row's whole ``tree``. Every node is forwarded (T > 0, a fixed plan).
 
     Per row the rule returns the accepted node a and the next token; the path root → a becomes the
     accepted children and the next token the stop token of a, so :func:`walk` emits
     ``tokens[path]`` then the next token, as the rule's step law says (docs/mathematics.md §7).
     """
-    from mdsd.sequence.block import block_verify_unchecked as block_kernel
-    from mdsd.sequence.traversal import traversal_verify_unchecked as traversal_kernel
-    from mdsd.verifiers.ops import draw_uniforms
-
     B, N = drafted.tokens.shape
     dev, V = logits.device, logits.shape[-1]
     fpos = torch.empty(B, N, dtype=torch.long, device=dev)
@@ -218,19 +227,14 @@ def verify_paths(
     q = p.new_zeros(B, sum(1 for kids in tree.children if kids), V)
     for e in drafted.expansions:
         q.scatter_(1, row[e.node][..., None].expand(-1, -1, V), e.q)
-    if rule == "block":
-        u = draw_uniforms((B,), N - 1, generator, dev)
-        accepted, token = block_kernel(p, q, drafted.tokens[:, 1:], u)  # accepted = depth = node on a chain
-    else:
-        u = draw_uniforms((B,), N, generator, dev)
-        accepted, token = traversal_kernel(p, q, tree, drafted.tokens, False, u)
+    accepted, token = rule.kernel(p, q, tree, drafted.tokens, stream)
     nodes = torch.arange(N, device=dev)
     on = drafted.ancestors.gather(1, accepted[:, None, None].expand(-1, 1, N))[:, 0] & (nodes > 0)  # [B, N]
     next_node = torch.full((B, N), -1, dtype=torch.long, device=dev)
     next_node.scatter_reduce_(1, drafted.parent.clamp(min=0), torch.where(on, nodes, -1), "amax")
     stop = torch.full((B, N), -1, dtype=torch.long, device=dev)
     stop.scatter_(1, accepted[:, None], token[:, None])
-    return next_node, stop
+    return Verdicts(next_node, stop)
 
 
 def _rows_at(x: torch.Tensor, plan, group, at: torch.Tensor) -> torch.Tensor:
@@ -258,7 +262,7 @@ def _first_match(drafts: torch.Tensor, valid: torch.Tensor, tok: torch.Tensor) -
 
 
 def _verify_mixed(
-    verifier, p: torch.Tensor, e, drafts: torch.Tensor, generator
+    verifier, p: torch.Tensor, e, drafts: torch.Tensor, stream
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a node whose children are ``fixed`` deterministic tokens D then k drawn from q̃ = q|V∖D.
 
@@ -274,20 +278,24 @@ def _verify_mixed(
     """
     f = e.group.fixed
     if f == 0:
-        return verifier.verify_unchecked(p, e.q, drafts, generator, e.masses)
+        return verifier.verify_unchecked(p, e.q, drafts, stream, e.masses)
     D, have = drafts[..., :f], e.valid[..., :f]  # [B, M, f]
     mass = p.gather(-1, D) * have  # p(d) for the existing deterministic children
     phantom = D[..., :1]  # d₀: the first proposal exists whenever any does
     taken = torch.zeros_like(p, dtype=torch.int32).scatter_add_(-1, D, have.to(torch.int32)) > 0
     tilde = p.masked_fill(taken, 0.0).scatter_add_(-1, phantom, mass.sum(-1, keepdim=True))
-    tok, idx = verifier.verify_unchecked(tilde, e.q, drafts[..., f:], generator, e.masses)
-    u = uniform(tuple(mass.shape[:-1]), generator, mass.device).to(mass.dtype)
+    tok, idx = verifier.verify_unchecked(tilde, e.q, drafts[..., f:], stream, e.masses)
+    u = uniform(tuple(mass.shape[:-1]), stream, mass.device).to(mass.dtype)
     cdf = mass.cumsum(-1)
     pick = torch.searchsorted(cdf, (u * cdf[..., -1])[..., None], right=True).clamp(max=f - 1)  # [B, M, 1]
     from_d = have[..., 0] & (tok == phantom[..., 0])
     tok = torch.where(from_d, D.gather(-1, pick)[..., 0], tok)
     idx = torch.where(from_d, pick[..., 0], torch.where(idx >= 0, f + idx, -1))
     return tok, idx
+
+
+COLUMNS = ("count", "accepted", "target_kept", "draft_kept", "draft_pending", "retrieved", "bad")
+"""The per-row counts a step packs for the host, in order (then the emitted tokens): see :class:`Summary`."""
 
 
 @dataclass
@@ -303,14 +311,23 @@ class Outcome:
     draft_keep: torch.Tensor  # [B, W_d]
     draft_kept: torch.Tensor  # [B]
     target_next: Pending  # [B, 1] the token the target reads next
-    draft_next: Pending  # [B, D + 1] (left-padded) the tokens the draft reads next
+    draft_next: Pending  # [B, D + 1] (left-padded) the tokens the draft reads next (with their features)
+    draft_forwards: int = 0  # draft forwards the step ran
+    bad: torch.Tensor | None = None  # [B] 1: the draft's logits were not finite, 2: the target's, 3: both
 
-    def packed(self, bad: torch.Tensor) -> torch.Tensor:
-        """The per-row summary [B, 7 + D + 1] (int64) the host reads after the step: see :class:`Summary`;
-        ``bad`` [B] is 1 where the draft's logits were not finite, 2 the target's, 3 both."""
-        columns = [self.count, self.accepted, self.target_kept, self.draft_kept, self.draft_next.real.sum(1)]
-        columns += [self.retrieved, bad.long()]
-        return torch.cat([torch.stack(columns, 1), self.emitted], dim=1)
+    def packed(self) -> torch.Tensor:
+        """The per-row summary [B, len(COLUMNS) + D + 1] (int64) the host reads after the step: the columns
+        of :data:`COLUMNS`, then the emitted tokens (see :class:`Summary`)."""
+        values = {
+            "count": self.count,
+            "accepted": self.accepted,
+            "target_kept": self.target_kept,
+            "draft_kept": self.draft_kept,
+            "draft_pending": self.draft_next.real.sum(1),
+            "retrieved": self.retrieved,
+            "bad": self.bad.long(),
+        }
+        return torch.cat([torch.stack([values[name] for name in COLUMNS], 1), self.emitted], dim=1)
 
 
 @dataclass(frozen=True)
@@ -330,7 +347,8 @@ class Summary:
     def read(cls, packed: torch.Tensor) -> Summary:
         """One transfer of :meth:`Outcome.packed` (the step's synchronisation)."""
         host = packed.cpu().numpy()
-        return cls(*(host[:, i] for i in range(7)), host[:, 7:])
+        columns = dict(zip(COLUMNS, host[:, : len(COLUMNS)].T, strict=True))
+        return cls(**columns, emitted=host[:, len(COLUMNS) :])
 
     def rows(self, index: np.ndarray) -> Summary:
         """The summary of the rows ``index`` only."""
@@ -339,14 +357,16 @@ class Summary:
 
 def walk(
     drafted: Drafted,
-    next_node: torch.Tensor,
-    stop: torch.Tensor,
+    verdicts: Verdicts,
     target_pending: Pending,
     draft_pending: Pending,
-    bonus: Callable | None = None,
+    hidden: torch.Tensor | None = None,
 ) -> Outcome:
     """Follow accepted children from the root; what is emitted, kept and read next (all on the device).
-    A row that ends on a node whose stop token is :data:`BONUS` emits ``bonus`` of that node."""
+    A row that ends on a node whose stop token is :data:`BONUS` emits ``bonus`` of that node. ``hidden``
+    [B, F, H]: the target's hidden states at the forwarded nodes, the features of the tokens a drafter that
+    reads them (:attr:`Drafted.rereads`) reads next."""
+    next_node, stop, bonus = verdicts.next_node, verdicts.stop, verdicts.bonus
     B, N = drafted.tokens.shape
     D, dev = drafted.plan.max_depth, drafted.tokens.device
     cur = torch.zeros(B, dtype=torch.long, device=dev)
@@ -386,7 +406,7 @@ def walk(
     Fd = drafted.draft_nodes.shape[1]
     dpos = torch.full((B, N), -1, dtype=torch.long, device=dev)
     dpos.scatter_(1, drafted.draft_nodes, torch.arange(Fd, device=dev).expand(B, -1))
-    in_draft = on & (dpos.gather(1, path.clamp(min=0)) >= 0)
+    in_draft = on & (dpos.gather(1, path.clamp(min=0)) >= 0) & (not drafted.rereads)
     is_last = path == cur[:, None]
     in_draft &= ~(is_last & ~has_final[:, None])
     slots = torch.cat([torch.arange(Pd, device=dev).expand(B, -1), Pd + dpos.gather(1, path.clamp(min=0))], 1)
@@ -394,15 +414,25 @@ def walk(
     read = draft_pending.real & (not drafted.lag)
     draft_keep, draft_kept = _compact(slots, torch.cat([read, in_draft], 1))
     # the draft reads next the accepted nodes it lacks (retrieved ones, a last node it did not forward; they
-    # form a suffix of the path) and the final token, left-padded to [B, D + 1]; after the pending tokens it
-    # did not read, if any ([B, Pd + D + 1])
+    # form a suffix of the path; all of them for a drafter that rereads) and the final token, left-padded to
+    # [B, D + 1]; after the pending tokens it did not read, if any ([B, Pd + D + 1])
     real = torch.cat([on & ~in_draft, has_final[:, None]], 1)
     ids = torch.where(real, torch.cat([emitted[:, :D], final[:, None]], 1), 0)
+    features = None
+    if drafted.rereads:  # each token's feature: the target's hidden state at the node before it
+        before = torch.cat([torch.zeros_like(cur[:, None]), path.clamp(min=0)], 1)[:, :D]  # before path[j]
+        before = torch.cat([before, cur[:, None]], 1)  # and before the final token
+        at = fpos.gather(1, before).clamp(min=0)  # [B, D + 1] forward positions
+        features = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[2]))
     if drafted.lag:
         real = torch.cat([draft_pending.real, real], 1)
         ids = torch.cat([torch.where(draft_pending.real, draft_pending.ids, 0), ids], 1)
+        if features is not None:
+            features = torch.cat([draft_pending.features, features], 1)
     order = torch.sort(real.to(torch.uint8), dim=1, stable=True).indices  # padding first, order kept
-    draft_next = Pending(ids.gather(1, order), real.gather(1, order))
+    if features is not None:
+        features = features.gather(1, order[..., None].expand(-1, -1, features.shape[2]))
+    draft_next = Pending(ids.gather(1, order), real.gather(1, order), features)
     return Outcome(
         emitted,
         accepted + has_final.long(),
@@ -414,6 +444,7 @@ def walk(
         draft_kept,
         target_next,
         draft_next,
+        drafted.forwards,
     )
 
 

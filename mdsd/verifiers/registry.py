@@ -17,6 +17,7 @@ registers itself; :mod:`mdsd.verifiers` imports every module of the package) and
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mdsd.laws import DraftLaw
@@ -51,11 +52,18 @@ class PathRule:
         "rrs": i.i.d. children).
     chains_only : bool
         Whether it verifies chains only (``Tree.chain``), not trees.
+    kernel : callable
+        ``kernel(p, q, tree, tokens, generator) -> (accepted, token)``: one step of the rule for a batch of
+        rows, with p [B, N, V] at every node, q [B, M, V] at the internal nodes (in node order), the node
+        tokens [B, N] (the root first) and the step's random numbers (a torch.Generator or a
+        :class:`mdsd.sampling.UniformStream`); returns the accepted node [B] and the token that follows it
+        [B]. No validation and no host synchronisation: the decoder calls it inside its step.
     """
 
     name: str
     drafts_with: str
     chains_only: bool
+    kernel: Callable
 
 
 _PATH: dict[str, PathRule] = {}

@@ -283,7 +283,7 @@ def test_decode_refuses_bad_source_options_by_name(model_dirs, tmp_path, capsys)
         (["--source", "datastore"], "--source: source datastore needs a datastore directory"),
         (["--source", "lookup", "--retrieve", "0", "8"], "--retrieve takes WIDTH DEPTH, two integers >= 1"),
         (["--adaptive", "grow"], "--adaptive truncates the draft model's tree"),
-        (["--adaptive", "fast"], "--adaptive must be none, grow or first[:N[:M]], got 'fast'"),
+        (["--adaptive", "fast"], "--adaptive must be none or one of grow, rate, first, got 'fast'"),
         (["--adaptive", "first:2:x"], "--adaptive: source first is written first[:N[:M]] with integers"),
         (["--adaptive", "first:0"], "--adaptive: min_tokens must be an integer >= 1, got 0"),
         (["--compare"], "give --target and --draft"),  # HF assisted generation needs the draft

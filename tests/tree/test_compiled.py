@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from mdsd import VERIFIERS, DynamicTree, Tree, TreeDecoder
 from mdsd.sources import Priority, PromptLookup
 from mdsd.tree.adaptive import GrowShrink, SourceFirst
-from mdsd.tree.compiled import FastPath
+from mdsd.tree.compiled import CapturedRunner
 from mdsd.verifiers import OptimalVerifier, supports, verifier_class
 
 PROMPTS = [[3, 1, 4, 3, 1, 4, 3], [7], [2, 2, 9, 2, 5, 11]]
@@ -200,7 +200,7 @@ def test_chains_only_steps_leave_the_draft_behind_until_its_buffer_is_full(
     same tokens, depths and acceptances as the eager path, which always leaves the draft behind. Drafting
     steps that read the whole buffer are counted: they come right after chains-only steps (a drafting step
     leaves at most one block)."""
-    monkeypatch.setattr(FastPath, "LAG", lag)
+    monkeypatch.setattr(CapturedRunner, "LAG", lag)
     outs = _source_first_decodes(pair, SOURCE_FIRST_PROMPTS, temperature, SourceFirst(), seed=6)
     wide = 0  # drafting steps that read the whole buffer
     for eager, fast in zip(outs[False], outs["none"], strict=True):
@@ -268,18 +268,20 @@ def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(
     def fast(inside=None, compile="none"):
         return TreeDecoder(
             target, None, None, temperature=0.5, source=PromptLookup(), compile=compile, propose_inside=inside
-        )._fast_path
+        )._captured
 
-    gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), FastPath.TABLE_ROWS
-    assert fast().proposes_inside(gpu, rows) and not fast().proposes_inside(gpu, rows - 1)
+    gpu, cpu, rows = torch.device("cuda"), torch.device("cpu"), CapturedRunner.TABLE_ROWS
+    assert fast().proposes_inside_for(gpu, rows) and not fast().proposes_inside_for(gpu, rows - 1)
     fused = fast(compile="inductor")  # the table fused: it pays from fewer rows on
-    assert FastPath.FUSED_TABLE_ROWS < rows and not fast().proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS)
-    assert fused.proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS)
-    assert not fused.proposes_inside(gpu, FastPath.FUSED_TABLE_ROWS - 1)
-    assert not fused.proposes_inside(cpu, 4 * rows)
-    assert not fast().proposes_inside(cpu, 4 * rows)
-    assert fast(True).proposes_inside(cpu, 1)
-    assert not fast(False).proposes_inside(gpu, 4 * rows)
+    assert CapturedRunner.FUSED_TABLE_ROWS < rows and not fast().proposes_inside_for(
+        gpu, CapturedRunner.FUSED_TABLE_ROWS
+    )
+    assert fused.proposes_inside_for(gpu, CapturedRunner.FUSED_TABLE_ROWS)
+    assert not fused.proposes_inside_for(gpu, CapturedRunner.FUSED_TABLE_ROWS - 1)
+    assert not fused.proposes_inside_for(cpu, 4 * rows)
+    assert not fast().proposes_inside_for(cpu, 4 * rows)
+    assert fast(True).proposes_inside_for(cpu, 1)
+    assert not fast(False).proposes_inside_for(gpu, 4 * rows)
     host = TreeDecoder(  # a source without propose_table proposes on the host
         target,
         draft,
@@ -289,7 +291,7 @@ def test_a_source_proposes_inside_the_step_on_an_accelerator_from_table_rows_on(
         source=Priority([PromptLookup()]),
         compile="none",
     )
-    assert not host._fast_path.proposes_inside(gpu, 4 * rows)
+    assert not host._captured.proposes_inside_for(gpu, 4 * rows)
 
 
 @pytest.mark.parametrize(
@@ -359,7 +361,7 @@ def test_rows_that_finish_stay_masked_and_do_not_grow_their_caches(pair):
         target, draft, Tree.chain(3), verifier="single", temperature=0.0, eos_token_id=EOS, compile="none"
     )
     outs = dec.generate_batch(PROMPTS, 30, torch.Generator().manual_seed(0))
-    state = dec._fast_path._state
+    state = dec._captured._state
     lengths = state.target.length.tolist()
     for prompt, out, length in zip(PROMPTS, outs, lengths, strict=True):
         # committed: the prompt and every emitted token but the last (the next step's root), at most one
@@ -528,7 +530,7 @@ def test_a_new_state_captures_its_steps_into_a_new_pool(pair, monkeypatch):
     monkeypatch.setattr(compiled, "graph_pool", new_pool)
     monkeypatch.setattr(compiled, "_graph", record)
     dec = decoder()
-    dec._fast_path.backend = "cudagraph"
+    dec._captured.backend = "cudagraph"
     assert _decode(dec) == reference  # the stand-in graphs run the same steps
     first = len(pools)
     assert first > 0 and set(pools) == {made[0]}  # one pool for the steps of one state

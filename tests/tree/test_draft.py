@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from mdsd.tree.cache import tempered
+from mdsd.tree.cache import Forward, tempered
 from mdsd.tree.draft import Pending, draft_tree
 from mdsd.tree.plan import DynamicTree
 from mdsd.verifiers import verifier
@@ -21,8 +21,10 @@ TINY = float(np.finfo(np.float32).tiny)  # below it float32 q is rounded to a su
 
 
 class TableDraft:
-    """The draft-cache interface (:mod:`mdsd.tree.cache`) over a table: logits at token t = ``table[t]``,
-    returned at ``temperature`` as every cache returns them."""
+    """The draft-cache interface (:class:`mdsd.tree.cache.Cache`) over a table: logits at token t =
+    ``table[t]``, returned at ``temperature`` as every cache returns them."""
+
+    reads_features = False
 
     def __init__(self, table: torch.Tensor, rows: int, temperature: float) -> None:
         self.table, self.rows = tempered(table, temperature), rows
@@ -33,8 +35,8 @@ class TableDraft:
     def live(self) -> torch.Tensor:
         return torch.zeros(self.rows, dtype=torch.long)
 
-    def forward(self, ids, visible, positions, keep, block_valid, local=None):  # noqa: ARG002
-        return self.table[ids[:, -keep:]], torch.zeros(self.rows, dtype=torch.bool)
+    def forward(self, ids, visible, positions, keep, block_valid, local=None, features=None):  # noqa: ARG002
+        return Forward(self.table[ids[:, -keep:]], torch.zeros(self.rows, dtype=torch.bool), None)
 
 
 def _table(seed: int) -> torch.Tensor:
@@ -57,10 +59,10 @@ def test_path_scores_are_float64_log_probabilities_and_rank_the_expansions(tempe
     plan = tree.plan()
     gen = torch.Generator().manual_seed(seed)
     pending = Pending(torch.randint(V, (rows, 1), generator=gen), torch.ones(rows, 1, dtype=torch.bool))
-    drafted, bad = draft_tree(
+    drafted = draft_tree(
         TableDraft(table, rows, temperature), pending, plan, {2: verifier("rrsw", 2)}, temperature, gen
     )
-    assert not bad.any()
+    assert not drafted.bad.any()
     exact = torch.log_softmax(table.double() / temperature, dim=-1)  # log q(child | parent token), float64
     score, tokens, parent = drafted.score.double(), drafted.tokens, drafted.parent
     assert not score.isnan().any() and (score[:, 0] == 0).all()
@@ -114,7 +116,7 @@ def test_drafted_parents_and_ancestors_agree_with_a_walk_up_the_tree(name):
         retrieved[::2, :, 1:] = -1  # chains that end early
     verifiers = {k: verifier("rrsw", k) for k in plan.widths}
     draft = TableDraft(_table(0), rows, 1.0) if plan.widths else None
-    drafted, _ = draft_tree(draft, pending, plan, verifiers, 1.0, gen, None, retrieved)
+    drafted = draft_tree(draft, pending, plan, verifiers, 1.0, gen, None, retrieved)
     parent = drafted.parent.tolist()
     for b in range(rows):
         for i in range(plan.num_nodes):

@@ -166,7 +166,7 @@ def test_source_first_reads_the_host_once_per_step(models):
     )
     reads, steps, counter = _fast_reads(dec, [[3, 1, 4, 3, 1, 4, 3], [2, 5, 2, 5, 2]])
     assert reads <= steps, (counter, steps)
-    assert {key[0] for key in dec._fast_path._steps} == {0, 2}  # both kinds of step ran
+    assert {key.depth for key in dec._captured._steps} == {0, 2}  # both kinds of step ran
 
 
 class _DeviceAudit(TorchFunctionMode):
