@@ -4,7 +4,7 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import costs, data, hf, sources
+from mdsd import costs, data, drafters, hf, sources
 from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
@@ -86,6 +86,8 @@ __all__ = [
     "data",
     # training-free draft sources: PromptLookup, Datastore, Dictionary (mdsd.sources)
     "sources",
+    # trained drafters: self-distillation, the feature head, its training (mdsd.drafters)
+    "drafters",
     # real models: fetch, load, the tiny random pair, HF baselines (mdsd.hf; transformers imported lazily)
     "hf",
 ]

@@ -1,6 +1,10 @@
 """``mdsd drafters``: make trained drafters.
 
-mdsd drafters distill --out DIR [--prompts 4096 ...]   # the target's answers to training prompts, in shards
+mdsd drafters distill --out DIR [--prompts 4096 ...]     # the target's answers to training prompts
+mdsd drafters features --distilled DIR --out FEATURES   # the target's features and laws at every position
+mdsd drafters train --features FEATURES --out HEAD [--loss kl|tv|alpha] [--resume]   # a feature head
+
+Every command is resumable: rerun it to continue where a killed run stopped (``train`` with ``--resume``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from mdsd.experiment import add_config_arguments, config_from_args
 
 def add_parser(subparsers) -> None:
     from mdsd.drafters.distill import DistillConfig
+    from mdsd.drafters.train import TrainConfig
 
     parser = subparsers.add_parser("drafters", help="self-distil training data for drafters")
     actions = parser.add_subparsers(dest="action", required=True)
@@ -31,6 +36,28 @@ def add_parser(subparsers) -> None:
         help="model dtype; auto: bfloat16 where the CPU computes in it, else float32",
     )
     distill.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    features = actions.add_parser("features", help="the target's features and top-K laws of a distilled run")
+    features.add_argument("--distilled", required=True, help="the folder of a mdsd drafters distill run")
+    features.add_argument("--out", required=True, help="folder of the features files (the mdsd cache: large)")
+    features.add_argument(
+        "--target", default="qwen2.5-coder", help="the run's target (a directory or a pair)"
+    )
+    features.add_argument("--top-k", type=int, default=64, help="the target's likeliest tokens kept (64)")
+    features.add_argument("--dtype", default="auto", help="model dtype (auto: as distill)")
+    features.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    train = actions.add_parser("train", help="train a feature head (runs under torchrun too)")
+    add_config_arguments(train, TrainConfig)
+    train.add_argument("--features", required=True, help="a mdsd drafters features folder")
+    train.add_argument("--out", required=True, help="folder of the head, its checkpoint and learning curve")
+    train.add_argument(
+        "--target", default="qwen2.5-coder", help="the features' target (a directory or a pair)"
+    )
+    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    train.add_argument("--device", default="cpu", help="torch device (cuda: NCCL under torchrun)")
+    train.add_argument(
+        "--dtype", default="auto", help="compute dtype on the CPU (auto: bfloat16 where native)"
+    )
+    train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.set_defaults(func=run)
 
 
@@ -49,13 +76,27 @@ def model_path(spec: str, role: str = "target") -> Path:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from mdsd.drafters.distill import DistillConfig, distill
-    from mdsd.validation import cpu_dtype
+    from mdsd.validation import check_device, cpu_dtype
 
-    config = config_from_args(DistillConfig, args)
+    dtype = cpu_dtype(args.dtype)
     target = model_path(args.target)
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = distill(config, target, args.out, dtype=cpu_dtype(args.dtype))
-    print(f"mdsd drafters distill: shards in {out}")
+    if args.action == "distill":
+        from mdsd.drafters.distill import DistillConfig, distill
+
+        out = distill(config_from_args(DistillConfig, args), target, args.out, dtype=dtype)
+        print(f"mdsd drafters distill: shards in {out}")
+    elif args.action == "features":
+        from mdsd.drafters.features import compute_features
+
+        out = compute_features(args.distilled, target, args.out, args.top_k, dtype)
+        print(f"mdsd drafters features: features in {out}")
+    else:
+        from mdsd.drafters.train import TrainConfig, train
+
+        config = config_from_args(TrainConfig, args)
+        device = str(check_device(args.device, "--device"))
+        out = train(config, args.features, target, args.out, args.resume, device, dtype)
+        print(f"mdsd drafters train: the head in {out}")
     return 0

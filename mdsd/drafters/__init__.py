@@ -1,5 +1,17 @@
-"""Trained drafters: what a draft model is trained on, and how (self-distillation, training).
+"""Trained drafters: what a draft model is trained on, the feature head, and how it is trained.
 
 * :mod:`mdsd.drafters.distill`: the target's own answers to training prompts, in resumable shards
-  (``mdsd drafters distill``).
+  (``mdsd drafters distill``);
+* :mod:`mdsd.drafters.features`: the target's features and top-K laws at every position of them
+  (``mdsd drafters features``);
+* :class:`FeatureHead` (:mod:`mdsd.drafters.head`): one decoder layer over the target's hidden states,
+  read by the target's output rows of a draft vocabulary (EAGLE's idea); a drafter of
+  :class:`mdsd.TreeDecoder` on both paths;
+* :mod:`mdsd.drafters.losses`: KL, total variation and the multi-draft optimum α*_k as training losses;
+* :mod:`mdsd.drafters.train`: training a head (``mdsd drafters train``; torchrun for several processes).
 """
+
+from mdsd.drafters.head import FeatureHead, HeadConfig
+from mdsd.drafters.train import TrainConfig, train
+
+__all__ = ["FeatureHead", "HeadConfig", "TrainConfig", "train"]

@@ -32,7 +32,17 @@ import numpy as np
 
 from mdsd import experiment
 
-__all__ = ["DistillConfig", "Shard", "shard_count", "shard_path", "load_shard", "prompt_tokens", "distill"]
+__all__ = [
+    "DistillConfig",
+    "Shard",
+    "shard_count",
+    "shard_path",
+    "load_shard",
+    "prompt_digest",
+    "prompt_tokens",
+    "training_texts",
+    "distill",
+]
 
 MANIFEST = "manifest.json"
 
@@ -100,7 +110,8 @@ def prompt_digest(ids) -> str:
     return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
-def _texts(config: DistillConfig) -> dict[str, list[str]]:
+def training_texts(config: DistillConfig) -> dict[str, list[str]]:
+    """The items of the run's training sets, by set name."""
     from mdsd.data.training import load_training_texts
 
     return {name: load_training_texts(name) for name in config.sets}
@@ -129,7 +140,7 @@ def prompt_tokens(
     from mdsd.data.prompts import render
     from mdsd.data.training import TRAINING_SETS
 
-    texts = texts or _texts(config)
+    texts = texts or training_texts(config)
     out = []
     for s, item in pairs:
         name = config.sets[s]
@@ -243,7 +254,7 @@ def distill(
     missing = [s for s in range(shard_count(config)) if not shard_path(out, s).is_file()]
     if not missing:
         return out
-    texts = _texts(config)
+    texts = training_texts(config)
     plan = _plan(config, texts)
     tokenizer = load_tokenizer(target_dir)
     target = load_model(target_dir, dtype)

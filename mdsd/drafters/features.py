@@ -1,0 +1,211 @@
+"""The target's features and next-token laws at every position of the distilled sequences: a head's data.
+
+For each shard of a self-distillation run (:mod:`mdsd.drafters.distill`) the sequences prompt + answer are
+rebuilt (the prompt re-rendered from its training set and checked against the shard's digest) and read by
+the target in one forward each (teacher forcing: the target's features at every position, exactly as the
+decoder hands them to a head). A features file ``features-00012.safetensors`` keeps, per position i of the
+shard's sequences (concatenated; ``offsets`` [R + 1] separate them, ``answers`` [R] says where each answer
+starts):
+
+* ``tokens`` [N] int32: the token at i;
+* ``hidden`` [N, H] bfloat16: the target's final hidden state after reading tokens ..i (what its output
+  layer reads): the feature a head reads with token i + 1;
+* ``top_ids`` [N, K] int32, ``top_logp`` [N, K] float32: the target's K likeliest next tokens at T = 1 and
+  their log-probabilities (the rest of the law is their tail, 1 − Σ p).
+
+Features are large (3 KB a position at H = 1,536) and recomputed from the committed shards by the same
+command, so they live in the mdsd cache, not in the repository; a file is written whole or not at all, and
+a rerun computes only the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mdsd import experiment
+from mdsd.drafters.distill import (
+    MANIFEST,
+    DistillConfig,
+    load_shard,
+    prompt_digest,
+    prompt_tokens,
+    shard_count,
+    training_texts,
+)
+
+__all__ = ["features_path", "compute_features", "write_features", "load_features", "FEATURES"]
+
+FEATURES = "features.json"
+
+
+def features_path(folder: str | os.PathLike, index: int) -> Path:
+    return Path(folder) / f"features-{index:05d}.safetensors"
+
+
+def _sequences(config: DistillConfig, shard, tokenizer, texts) -> tuple[list[list[int]], list[int]]:
+    """The shard's sequences prompt + answer and where each answer starts (prompt digests checked)."""
+    pairs = list(zip(shard.sets.tolist(), shard.items.tolist(), strict=True))
+    prompts = prompt_tokens(config, tokenizer, pairs, texts)
+    for r, (ids, digest) in enumerate(zip(prompts, shard.digests, strict=True)):
+        if prompt_digest(ids) != digest:
+            raise ValueError(
+                f"shard {shard.index}, prompt {r}: the prompt renders to other tokens than the run's (a "
+                "changed tokenizer, training set or chat template); recompute the run"
+            )
+    return [p + a.tolist() for p, a in zip(prompts, shard.answers(), strict=True)], [len(p) for p in prompts]
+
+
+@torch.no_grad()
+def _read(target, sequences: list[list[int]], top_k: int, batch_tokens: int) -> dict[str, np.ndarray]:
+    """One target forward per batch of sequences (right-padded): the arrays of the module docstring."""
+    decoder, head = target.get_decoder(), target.get_output_embeddings()
+    dev = next(target.parameters()).device
+    hidden, top_ids, top_logp = [], [], []
+    start = 0
+    while start < len(sequences):
+        stop = start + 1
+        while (
+            stop < len(sequences)
+            and (stop + 1 - start) * max(map(len, sequences[start : stop + 1])) <= batch_tokens
+        ):
+            stop += 1
+        batch = sequences[start:stop]
+        width = max(map(len, batch))
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in batch], device=dev)
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch], device=dev)
+        h = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, width, H]
+        for row, seq in zip(h, batch, strict=True):
+            row = row[: len(seq)]
+            logp = torch.log_softmax(head(row).float(), -1)
+            top = logp.topk(top_k, -1)
+            hidden.append(row.to(torch.bfloat16).cpu())
+            top_ids.append(top.indices.to(torch.int32).cpu())
+            top_logp.append(top.values.cpu())
+        start = stop
+    return {
+        "hidden": torch.cat(hidden),
+        "top_ids": torch.cat(top_ids),
+        "top_logp": torch.cat(top_logp),
+    }
+
+
+def compute_features(
+    distilled: str | os.PathLike,
+    target_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    top_k: int = 64,
+    dtype: str = "float32",
+    batch_tokens: int = 2048,
+    progress: bool = True,
+) -> Path:
+    """Write the missing features files of the distillation run in ``distilled`` into ``out`` (created;
+    ``features.json`` there records the run, the target and the command); returns ``out``."""
+    from tqdm import tqdm
+
+    from mdsd.hf import describe_model, load_model, load_tokenizer
+
+    distilled, out = Path(distilled), experiment.ensure_output_dir(out, "--out")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"--top-k must be a positive int, got {top_k!r}")
+    if not (distilled / MANIFEST).is_file():
+        raise FileNotFoundError(
+            f"{distilled}: no distillation run ({MANIFEST}); run mdsd drafters distill first"
+        )
+    manifest = json.loads((distilled / MANIFEST).read_text())
+    config = DistillConfig(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["config"].items()}
+    )
+    target_dir = Path(target_dir)
+    described = describe_model(target_dir)
+    if described["weights_sha256"] != manifest["target"]["weights_sha256"]:
+        raise ValueError(f"{distilled} was distilled from another target ({manifest['target']['name']})")
+    record = {
+        "distilled": str(distilled),
+        "distill_config": manifest["config"],
+        "target": described,
+        "top_k": top_k,
+        "dtype": dtype,
+        "command": " ".join(sys.argv),
+        "git_revision": experiment.git_revision(),
+        "versions": experiment.package_versions(),
+    }
+    path = out / FEATURES
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if (old["distill_config"], old["top_k"], old["target"]["weights_sha256"]) != (
+            record["distill_config"],
+            top_k,
+            described["weights_sha256"],
+        ):
+            raise ValueError(f"{out} holds features of another run, target or --top-k; use another --out")
+    else:
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    shards = [s for s in range(shard_count(config)) if (distilled / f"shard-{s:05d}.npz").is_file()]
+    missing = [s for s in shards if not features_path(out, s).is_file()]
+    if not missing:
+        return out
+    tokenizer, texts = load_tokenizer(target_dir), training_texts(config)
+    target = load_model(target_dir, dtype)
+    for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
+        shard = load_shard(distilled / f"shard-{s:05d}.npz")
+        sequences, answers = _sequences(config, shard, tokenizer, texts)
+        write_features(features_path(out, s), target, sequences, answers, top_k, batch_tokens)
+    return out
+
+
+def write_features(
+    path: str | os.PathLike,
+    target,
+    sequences: list[list[int]],
+    answers: list[int],
+    top_k: int = 64,
+    batch_tokens: int = 2048,
+) -> Path:
+    """The features file (module docstring) of ``sequences`` (token lists; ``answers``: where each answer
+    starts) read by ``target``, written whole to ``path`` (a temporary file renamed)."""
+    from safetensors.torch import save_file
+
+    arrays = _read(target, sequences, top_k, batch_tokens)
+    lengths = [len(q) for q in sequences]
+    arrays["tokens"] = torch.tensor([t for q in sequences for t in q], dtype=torch.int32)
+    arrays["offsets"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int64)
+    arrays["answers"] = torch.tensor(answers, dtype=torch.int32)
+    path = Path(path)
+    partial = path.with_suffix(".partial")
+    save_file({k: v.contiguous() for k, v in arrays.items()}, str(partial))
+    os.replace(partial, path)
+    return path
+
+
+def load_features(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A features file, checked whole (``ValueError`` naming it when it is truncated or inconsistent)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    try:
+        arrays = load_file(str(path))
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 (safetensors' own errors for a damaged file)
+        raise ValueError(f"{path}: not a whole features file ({err})") from None
+    need = ("tokens", "offsets", "answers", "hidden", "top_ids", "top_logp")
+    if any(k not in arrays for k in need):
+        raise ValueError(f"{path}: a features file holds {', '.join(need)}; this one lacks some")
+    N = arrays["tokens"].shape[0]
+    if (
+        int(arrays["offsets"][-1]) != N
+        or arrays["hidden"].shape[0] != N
+        or arrays["top_ids"].shape != arrays["top_logp"].shape
+        or arrays["top_ids"].shape[0] != N
+        or arrays["answers"].shape[0] + 1 != arrays["offsets"].shape[0]
+    ):
+        raise ValueError(
+            f"{path}: its arrays do not agree (a corrupt features file); delete it and recompute"
+        )
+    return arrays

@@ -1,0 +1,330 @@
+"""A feature head: one decoder layer over the target's own hidden states, read by the target's output layer.
+
+EAGLE's idea (Li et al., 2024): the target's last hidden state f_t (after its final norm: what its output
+layer reads) already says most of what comes next, so a drafter that reads it needs one layer, not a whole
+model. The head reads, at each position t, the embedding of token x_t and the feature of the position
+before it, and predicts the feature at t:
+
+.. math::
+
+    g_t = \\mathrm{layer}\\bigl(W_{in} [e(x_t); f_{t-1}]\\bigr), \\qquad
+    q(\\cdot \\mid x_{\\le t}) = \\mathrm{softmax}\\bigl(W_{out}[M]\\, g_t / T\\bigr)
+    \\text{ on } M, \\quad 0 \\text{ off } M,
+
+where e and W_out are the target's (frozen) embedding and output layer, W_out[M] its rows of a *draft
+vocabulary* M (the tokens the distilled data uses most; FR-Spec, EAGLE-3: most of the output layer's cost
+is rows that are almost never drawn). Every verifier stays lossless: q is whatever the head says, zero off M.
+Below the root the head feeds its own g as the next position's feature, so it drafts each depth of any tree
+from its own predictions; after the target's verification it reads the accepted tokens again with the
+target's features (:attr:`mdsd.tree.cache.Cache.reads_features`).
+
+A head is saved as ``head.safetensors`` (its input map and layer: what is trained) and ``head.json`` (its
+shape, draft vocabulary and the target it belongs to); loading takes the embedding and output rows from the
+target, after checking its hidden size, vocabulary and weights against the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mdsd.drafters.layer import DecoderLayer, LayerShape, rotary
+from mdsd.tree.cache import Forward, finite
+
+__all__ = ["HeadConfig", "FeatureHead", "HeadCache", "FILL"]
+
+FILL = -1e30  # the logit of a token outside the draft vocabulary: exp(FILL - max) is 0 in float32
+FORMAT = 1  # head.json's format
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """What a head is: its layer's shape, the target it reads, and its draft vocabulary's size."""
+
+    layer: LayerShape
+    vocab_size: int  # the target's vocabulary V
+    draft_vocab: int  # |M|
+    target: str  # the target's name
+    target_weights: str  # the target's weights sha256 (mdsd.hf.describe_model), or "" if unknown
+    family: str  # the target's model_type
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> HeadConfig:
+        try:
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
+            fields = {k: v for k, v in data.items() if k != "format"}
+            return cls(**{**fields, "layer": LayerShape(**fields["layer"])})
+        except (TypeError, KeyError, ValueError) as err:
+            raise ValueError(f"{where}: not a head config this mdsd reads ({err})") from None
+
+
+class FeatureHead(nn.Module):
+    """The head of the module docstring. Trainable: ``fc`` (the input map W_in) and ``layer``; frozen buffers
+    from the target: ``embed`` [V, H] and ``out`` [M, H] (its output rows of the draft vocabulary
+    ``vocab`` [M]). It is a :class:`mdsd.tree.drafter.Drafter`: ``TreeDecoder(target, head, tree, ...)``."""
+
+    reads_features = True
+
+    def __init__(
+        self, config: HeadConfig, embed: torch.Tensor, out: torch.Tensor, vocab: torch.Tensor
+    ) -> None:
+        super().__init__()
+        H = config.layer.hidden_size
+        if (
+            embed.shape != (config.vocab_size, H)
+            or out.shape != (config.draft_vocab, H)
+            or vocab.numel() != config.draft_vocab
+        ):
+            raise ValueError(
+                f"the head ({config.vocab_size} tokens, hidden size {H}, draft vocabulary "
+                f"{config.draft_vocab}) does not fit embed {tuple(embed.shape)}, out {tuple(out.shape)}, "
+                f"vocab {tuple(vocab.shape)}"
+            )
+        self.head_config = config
+        self.fc = nn.Linear(2 * H, H, bias=False)
+        self.layer = DecoderLayer(config.layer)
+        self.register_buffer("embed", embed.detach(), persistent=False)
+        self.register_buffer("out", out.detach(), persistent=False)
+        self.register_buffer("vocab", vocab.detach().long(), persistent=False)
+
+    # -- making one --------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_target(
+        cls,
+        target: nn.Module,
+        vocab: torch.Tensor,
+        intermediate_size: int | None = None,
+        describe: dict | None = None,
+    ) -> FeatureHead:
+        """A fresh head for ``target`` (a ``transformers`` Llama / Qwen2 causal LM) with draft vocabulary
+        ``vocab`` [M] (token ids): its layer initialised from the target's last layer (``intermediate_size``:
+        a narrower MLP, its first units), its input map passing the feature through (W_in = [0 | I]).
+        ``describe``: the target's :func:`mdsd.hf.describe_model` (its name and weights digest)."""
+        vocab = _check_vocab(vocab, target.get_output_embeddings().weight.shape[0])
+        config = HeadConfig(
+            layer=LayerShape.of_config(target.config, intermediate_size),
+            vocab_size=int(target.get_output_embeddings().weight.shape[0]),
+            draft_vocab=int(vocab.numel()),
+            target=(describe or {}).get("name", getattr(target.config, "_name_or_path", "") or ""),
+            target_weights=(describe or {}).get("weights_sha256", ""),
+            family=str(getattr(target.config, "model_type", "")),
+        )
+        head = cls(config, *_frozen(target, vocab), vocab)
+        layer = target.get_decoder().layers[-1]
+        head.layer.load_state_dict(DecoderLayer.from_state(config.layer, layer.state_dict()).state_dict())
+        H = config.layer.hidden_size
+        with torch.no_grad():
+            head.fc.weight.zero_()
+            head.fc.weight[:, H:] = torch.eye(H)
+        return head.to(next(target.parameters()).dtype)
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write ``head.safetensors`` and ``head.json`` into ``folder`` (created)."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file({**state, "vocab": self.vocab.cpu().contiguous()}, str(folder / "head.safetensors"))
+        (folder / "head.json").write_text(json.dumps(self.head_config.to_json(), indent=2) + "\n")
+        return folder
+
+    @classmethod
+    def load(
+        cls, folder: str | os.PathLike, target: nn.Module, target_weights: str | None = None
+    ) -> FeatureHead:
+        """The head saved in ``folder``, for ``target`` (``ValueError`` naming what does not match: hidden
+        size, vocabulary, family, or the target's weights digest ``target_weights`` where both are known)."""
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / "head.json").is_file() or not (folder / "head.safetensors").is_file():
+            raise FileNotFoundError(f"{folder}: no head (head.json and head.safetensors)")
+        config = HeadConfig.from_json(json.loads((folder / "head.json").read_text()), str(folder))
+        check_target(config, target, target_weights)
+        try:
+            state = load_file(str(folder / "head.safetensors"))
+        except Exception as err:  # noqa: BLE001 (safetensors raises its own errors for a damaged file)
+            raise ValueError(f"{folder}/head.safetensors: not a whole weights file ({err})") from None
+        vocab = _check_vocab(state.pop("vocab"), config.vocab_size)
+        head = cls(config, *_frozen(target, vocab), vocab)
+        try:
+            head.load_state_dict(state)
+        except RuntimeError as err:
+            raise ValueError(f"{folder}: the weights do not fit its head.json ({err})") from None
+        return head.to(next(target.parameters()).device, next(target.parameters()).dtype)
+
+    # -- the computation ---------------------------------------------------------------------------------
+
+    def inputs(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """The layer's inputs W_in [e(x_t); f_{t-1}] [B, Q, H] of tokens ``ids`` [B, Q] and their features."""
+        return self.fc(torch.cat([self.embed[ids], features.to(self.fc.weight.dtype)], dim=-1))
+
+    def forward(self, ids: torch.Tensor, features: torch.Tensor, positions: torch.Tensor) -> tuple:
+        """Whole sequences (training): the predicted features g [B, Q, H] and the logits on the draft
+        vocabulary [B, Q, M] of tokens ``ids`` [B, Q] with features ``features`` [B, Q, H] (each token's:
+        the feature of the position before it) at ``positions`` [B, Q], causally."""
+        g = self.layer(self.inputs(ids, features), positions)
+        return g, g @ self.out.T
+
+    def draft_logits(self, g: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Logits over the whole vocabulary [..., V] at temperature T from features g [..., H]: the draft
+        vocabulary's divided by T (as they are at T = 0 and 1), :data:`FILL` elsewhere."""
+        small = (g @ self.out.T).float()
+        if temperature not in (0.0, 1.0):
+            small = small / temperature
+        full = small.new_full((*small.shape[:-1], self.head_config.vocab_size), FILL)
+        return full.index_copy_(-1, self.vocab, small)
+
+    # -- the drafter protocol (mdsd.tree.drafter.Drafter) ------------------------------------------------
+
+    @property
+    def config(self) -> dict:
+        """What the decoder's memory estimate reads: one layer."""
+        s = self.head_config.layer
+        return {
+            "num_hidden_layers": 1,
+            "num_attention_heads": s.heads,
+            "num_key_value_heads": s.kv_heads,
+            "head_dim": s.head_dim,
+            "vocab_size": self.head_config.vocab_size,
+        }
+
+    def vocab_size(self) -> int:
+        return self.head_config.vocab_size
+
+    def eager_cache(self, rows: int, capacity: int, temperature: float) -> HeadCache:
+        return HeadCache(self, rows, capacity, temperature)
+
+    def static_cache(self, rows: int, capacity: int, temperature: float) -> HeadCache:
+        return HeadCache(self, rows, capacity, temperature)
+
+    def static_obstacle(self) -> str | None:
+        return None
+
+
+class HeadCache:
+    """The head over its own static key/value cache (the layout of :class:`mdsd.tree.static.StaticLM`, one
+    layer): a :class:`mdsd.tree.cache.Cache` that reads the target's features, on both decoder paths."""
+
+    reads_features = True
+
+    def __init__(self, head: FeatureHead, rows: int, capacity: int, temperature: float = 1.0) -> None:
+        s = head.head_config.layer
+        param = head.fc.weight
+        self.head, self.capacity, self.temperature = head, capacity, temperature
+        self.groups = s.heads // s.kv_heads
+        self.keys = torch.zeros(
+            rows, s.kv_heads, capacity, s.head_dim, dtype=param.dtype, device=param.device
+        )
+        self.values = torch.zeros_like(self.keys)
+        self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
+        self.local = 0
+        self.model = head  # what mdsd.tree.prefill reads the dtype from
+
+    def begin(self) -> None:
+        self.local = 0
+
+    def reset(self) -> None:
+        self.length.zero_()
+        self.local = 0
+
+    def live(self) -> torch.Tensor:
+        return self.length
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows ``rows`` [B'] (the eager path drops finished rows)."""
+        self.keys, self.values, self.length = self.keys[rows], self.values[rows], self.length[rows]
+
+    @torch.no_grad()
+    def forward(
+        self,
+        ids: torch.Tensor,
+        visible: torch.Tensor,
+        positions: torch.Tensor,
+        keep: int,
+        block_valid: torch.Tensor,  # noqa: ARG002 (dead slots are those a later mask leaves out)
+        local: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
+    ) -> Forward:
+        """:meth:`mdsd.tree.cache.Cache.forward`: the draft logits of the block's last ``keep`` tokens and the
+        head's features there (``hidden``), from tokens ``ids`` [B, Q] with ``features`` [B, Q, H]."""
+        B, Q = ids.shape
+        S, C = self.local, self.capacity
+        layer = self.head.layer
+        step = visible if local is None else torch.cat([local, visible], dim=2)  # [B, Q, S + Q]
+        rel = torch.arange(C, device=ids.device)[None, :] - self.length[:, None]  # [B, C]
+        inside = (rel >= 0) & (rel < S + Q)
+        seen = step.gather(2, rel.clamp(0, S + Q - 1)[:, None, :].expand(B, Q, C))
+        allowed = (rel < 0)[:, None, :] | (inside[:, None, :] & seen)  # [B, Q, C]
+        mask = allowed[:, None, None].expand(B, 1, self.groups, Q, C).reshape(B, 1, self.groups * Q, C)
+        x = self.head.inputs(ids, features)
+        cos, sin = rotary(positions, layer.shape.head_dim, layer.shape.rope_theta, x.dtype)
+        q, k, v = layer.project(x, cos, sin)
+        at = (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :, None]  # [B, 1, Q, 1]
+        at = at.expand(B, k.shape[1], Q, k.shape[3])
+        self.keys.scatter_(2, at, k)
+        self.values.scatter_(2, at, v)
+        g = layer.finish(x, q, self.keys, self.values, mask)[:, -keep:]
+        self.local = S + Q
+        logits, bad = finite(self.head.draft_logits(g, self.temperature))
+        return Forward(logits, bad, g)
+
+    @torch.no_grad()
+    def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
+        """Keep the step's slots ``index[b, :count[b]]`` (offsets into the step's region), in order."""
+        B, W = index.shape
+        source = (self.length[:, None] + index).clamp(max=self.capacity - 1)  # [B, W]
+        target = (self.length[:, None] + torch.arange(W, device=index.device)).clamp(max=self.capacity - 1)
+        for kv in (self.keys, self.values):
+            shape = (B, kv.shape[1], W, kv.shape[3])
+            moved = kv.gather(2, source[:, None, :, None].expand(shape))  # a copy, made before the write
+            kv.scatter_(2, target[:, None, :, None].expand(shape), moved)
+        self.length.add_(count)
+        self.local = 0
+
+
+def check_target(config: HeadConfig, target: nn.Module, target_weights: str | None = None) -> None:
+    """Refuse a target the head was not made for, naming what differs."""
+    hidden = int(target.get_output_embeddings().weight.shape[1])
+    vocab = int(target.get_output_embeddings().weight.shape[0])
+    family = str(getattr(getattr(target, "config", None), "model_type", ""))
+    for what, mine, theirs in (
+        ("hidden size", config.layer.hidden_size, hidden),
+        ("vocabulary", config.vocab_size, vocab),
+        ("model family", config.family, family),
+    ):
+        if mine != theirs:
+            raise ValueError(f"the head reads a target of {what} {mine}; this target's is {theirs}")
+    if target_weights and config.target_weights and target_weights != config.target_weights:
+        raise ValueError(
+            f"the head was trained on the target {config.target!r} (weights "
+            f"{config.target_weights[:12]}...); this target's weights are {target_weights[:12]}...: train a "
+            "head for it"
+        )
+
+
+def _check_vocab(vocab: torch.Tensor, size: int) -> torch.Tensor:
+    vocab = torch.as_tensor(vocab).long().flatten()
+    if vocab.numel() == 0:
+        raise ValueError("the draft vocabulary is empty: a head needs at least one token to draft")
+    if int(vocab.min()) < 0 or int(vocab.max()) >= size or vocab.unique().numel() != vocab.numel():
+        raise ValueError(f"the draft vocabulary must hold distinct token ids in [0, {size})")
+    return vocab
+
+
+def _frozen(target: nn.Module, vocab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's embedding [V, H] and its output rows of ``vocab`` [M, H] (no copy of the embedding)."""
+    embed = target.get_input_embeddings().weight
+    out = target.get_output_embeddings().weight[vocab.to(embed.device)]
+    return embed, out

@@ -1,0 +1,399 @@
+"""Training a feature head on the target's features: likelihood, total variation, or the multi-draft optimum.
+
+The data are features files (:mod:`mdsd.drafters.features`). Sequences are split into training and
+held-out ones (by a seeded hash, never mixed); the draft vocabulary is the ``draft_vocab`` tokens most
+frequent in the training sequences. Each optimizer step reads chunks of training sequences (teacher forcing:
+token t with the target's feature at t − 1) and minimises, per position, one of the losses of
+:mod:`mdsd.drafters.losses` on the lumped pair (the target's top-K law against the head's q):
+
+* ``kl``: KL(p ‖ q), the likelihood objective (EAGLE's classification loss);
+* ``tv``: 1 − Σ min(p, q), one minus the single-draft acceptance;
+* ``alpha``: 1 − α*(p, law(q)), one minus the optimal acceptance of ``k`` i.i.d. drafts (``law="iid"``) or of
+  two drafts without replacement (``law="wor"``): what a multi-draft verifier at the optimum accepts. No
+  published drafter trains for it;
+
+plus, with ``feature_weight``, EAGLE-1's regression of the head's output onto the target's next feature
+(smooth L1). ``unroll`` > 1 repeats the forward with the head's own outputs as the features of the next
+positions (a simple form of EAGLE-3's training-time test: the depths below the root read predicted
+features, so the head learns to read them). AdamW with a linear warm-up and a cosine decay; gradients
+clipped at norm 1.
+
+Every ``eval_every`` steps the held-out positions give the learning curve: tokens seen against the exact
+single-draft acceptance, α*_k (k = 2, 4, i.i.d.) and top-1 agreement, on the lumped pair (an upper bound of
+the full-vocabulary value by at most the lumped cell's min(p, q); see :mod:`mdsd.drafters.losses`).
+``checkpoint.pt`` (the head, the optimizer, the step and the random state) is written every
+``checkpoint_every`` steps; ``resume=True`` continues from it, and only under the same config. Launched by
+``torchrun`` (``WORLD_SIZE`` > 1), each process trains on its own batches with torch's
+DistributedDataParallel (gloo on the CPU, NCCL on CUDA); process 0 evaluates and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mdsd import experiment
+from mdsd.drafters.features import FEATURES, load_features
+from mdsd.drafters.head import FeatureHead
+from mdsd.drafters.losses import (
+    LOSSES,
+    lump,
+    optimal_acceptance_iid,
+    optimal_acceptance_wor2,
+    total_variation,
+)
+
+__all__ = ["TrainConfig", "HeadData", "train", "position_loss", "CHECKPOINT", "TRAINING"]
+
+CHECKPOINT = "checkpoint.pt"
+TRAINING = "training.json"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What a training run is (recorded with the head; a checkpoint resumes only under the same one)."""
+
+    loss: str = field(default="kl", metadata={"help": "kl, tv or alpha"})
+    k: int = field(default=4, metadata={"help": "drafts of the alpha loss (law iid)"})
+    law: str = field(default="iid", metadata={"help": "the alpha loss's draft law: iid, or wor (k = 2)"})
+    unroll: int = field(
+        default=1, metadata={"help": "draft steps unrolled, the head reading its own outputs"}
+    )
+    draft_vocab: int = field(default=32000, metadata={"help": "the head's draft vocabulary size M"})
+    intermediate_size: int = field(default=0, metadata={"help": "the head's MLP width (0: the target's)"})
+    feature_weight: float = field(default=0.0, metadata={"help": "weight of the feature regression"})
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate (AdamW)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup: int = field(default=50, metadata={"help": "linear warm-up steps"})
+    steps: int = field(default=2000, metadata={"help": "optimizer steps"})
+    batch_tokens: int = field(default=2048, metadata={"help": "positions per step and process"})
+    chunk: int = field(default=256, metadata={"help": "positions per sequence chunk"})
+    held_out: float = field(default=0.05, metadata={"help": "share of sequences held out"})
+    eval_every: int = field(default=100, metadata={"help": "steps between held-out evaluations"})
+    eval_positions: int = field(default=4096, metadata={"help": "held-out positions evaluated"})
+    checkpoint_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
+    seed: int = field(default=0, metadata={"help": "seed of the split, the batches and the head's init"})
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"--loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.law not in ("iid", "wor") or (self.law == "wor" and self.k != 2):
+            raise ValueError(
+                f"--law must be iid, or wor with --k 2 (closed form); got {self.law!r}, k = {self.k}"
+            )
+        for name in (
+            "k",
+            "unroll",
+            "draft_vocab",
+            "steps",
+            "batch_tokens",
+            "chunk",
+            "eval_every",
+            "checkpoint_every",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value!r}")
+        if not 0 < self.held_out < 1:
+            raise ValueError(f"--held-out must lie in (0, 1), got {self.held_out}")
+
+
+class HeadData:
+    """The positions of a features folder, split into training and held-out sequences."""
+
+    def __init__(self, folder: str | os.PathLike, held_out: float, seed: int) -> None:
+        folder = Path(folder)
+        if not (folder / FEATURES).is_file():
+            raise FileNotFoundError(f"{folder}: no features ({FEATURES}); run mdsd drafters features first")
+        self.record = json.loads((folder / FEATURES).read_text())
+        files = sorted(folder.glob("features-*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no features files yet")
+        self.files = [load_features(f) for f in files]
+        self.sequences: dict[str, list[tuple[int, int, int]]] = {"train": [], "held_out": []}
+        for i, (path, arrays) in enumerate(zip(files, self.files, strict=True)):
+            offsets = arrays["offsets"].tolist()
+            for r in range(len(offsets) - 1):
+                digest = hashlib.sha256(f"{seed}:{path.name}:{r}".encode()).digest()
+                part = "held_out" if int.from_bytes(digest[:8], "big") / 2**64 < held_out else "train"
+                self.sequences[part].append((i, offsets[r], offsets[r + 1]))
+        if not self.sequences["train"] or not self.sequences["held_out"]:
+            raise ValueError(
+                f"{folder}: too few sequences ({sum(map(len, self.sequences.values()))}) to hold some out"
+            )
+        self.hidden_size = int(self.files[0]["hidden"].shape[1])
+
+    def tokens(self, part: str = "train") -> int:
+        return sum(b - a for _, a, b in self.sequences[part])
+
+    def vocabulary(self, size: int) -> torch.Tensor:
+        """The ``size`` tokens most frequent in the training sequences (ties: lower id first), sorted."""
+        counts: dict[int, int] = {}
+        for i, a, b in self.sequences["train"]:
+            ids, n = np.unique(self.files[i]["tokens"][a:b].numpy(), return_counts=True)
+            for t, c in zip(ids.tolist(), n.tolist(), strict=True):
+                counts[t] = counts.get(t, 0) + c
+        ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+        return torch.tensor(sorted(ranked), dtype=torch.long)
+
+    def chunks(self, part: str, length: int) -> list[tuple[int, int, int, int]]:
+        """(file, sequence start, chunk start, chunk end) of every chunk of ``length`` positions."""
+        return [
+            (i, a, s, min(s + length, b)) for i, a, b in self.sequences[part] for s in range(a, b, length)
+        ]
+
+    def batch(self, chunks: list[tuple[int, int, int, int]]) -> dict[str, torch.Tensor]:
+        """Right-padded tensors of ``chunks``: ``ids``, ``features`` (each token's: the target's hidden
+        state before it, zeros at a sequence's start), ``positions`` (in the sequence), ``next`` (the target's
+        hidden state at the token: what the head predicts), ``top_ids``, ``top_logp``, ``valid``."""
+        L = max(c - s for _, _, s, c in chunks)
+        H, K = self.hidden_size, self.files[0]["top_ids"].shape[1]
+        B = len(chunks)
+        out = {
+            "ids": torch.zeros(B, L, dtype=torch.long),
+            "features": torch.zeros(B, L, H),
+            "positions": torch.zeros(B, L, dtype=torch.long),
+            "next": torch.zeros(B, L, H),
+            "top_ids": torch.zeros(B, L, K, dtype=torch.long),
+            "top_logp": torch.full((B, L, K), -torch.inf),
+            "valid": torch.zeros(B, L, dtype=torch.bool),
+        }
+        for b, (i, a, s, c) in enumerate(chunks):
+            f, n = self.files[i], c - s
+            out["ids"][b, :n] = f["tokens"][s:c].long()
+            out["next"][b, :n] = f["hidden"][s:c].float()
+            lo = max(s - 1, a)
+            out["features"][b, lo + 1 - s : n] = f["hidden"][lo : c - 1].float()
+            out["positions"][b, :n] = torch.arange(s - a, c - a)
+            out["top_ids"][b, :n] = f["top_ids"][s:c].long()
+            out["top_logp"][b, :n] = f["top_logp"][s:c]
+            out["valid"][b, :n] = True
+        return out
+
+
+def position_loss(config: TrainConfig, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The config's loss at each position [N] of lumped pairs p, q [N, n]."""
+    from mdsd.drafters.losses import kl_divergence
+
+    if config.loss == "kl":
+        return kl_divergence(p, q)
+    if config.loss == "tv":
+        return total_variation(p, q)
+    if config.law == "wor":
+        return 1 - optimal_acceptance_wor2(p, q)
+    return 1 - optimal_acceptance_iid(p, q, config.k)
+
+
+def _pairs(head, batch: dict, slot: torch.Tensor, features: torch.Tensor) -> tuple:
+    """(g, p, q) at the batch's valid positions for the head reading ``features``."""
+    g, logits = head(batch["ids"], features, batch["positions"])
+    valid = batch["valid"]
+    log_q = torch.log_softmax(logits[valid].float(), -1)
+    p, q = lump(batch["top_ids"][valid], batch["top_logp"][valid].exp(), slot, log_q)
+    return g, p, q
+
+
+def _objective(config: TrainConfig, head, batch: dict, slot: torch.Tensor) -> torch.Tensor:
+    features, total = batch["features"], 0.0
+    for _ in range(config.unroll):
+        g, p, q = _pairs(head, batch, slot, features)
+        total = total + position_loss(config, p, q).mean()
+        if config.feature_weight:
+            total = total + config.feature_weight * F.smooth_l1_loss(
+                g[batch["valid"]], batch["next"][batch["valid"]]
+            )
+        # the next unrolled step reads the head's own outputs where it read the target's (one position on)
+        features = torch.cat([batch["features"][:, :1], g[:, :-1]], 1)
+    return total / config.unroll
+
+
+@torch.no_grad()
+def evaluate(
+    head, data: HeadData, slot: torch.Tensor, config: TrainConfig, positions: int
+) -> dict[str, float]:
+    """Held-out means over the first ``positions`` held-out positions: loss, single-draft acceptance, α*_k
+    (k = 2, 4, i.i.d.), top-1 agreement (teacher-forced features: depth 1)."""
+    chunks, seen = [], 0
+    for c in data.chunks("held_out", config.chunk):
+        chunks.append(c)
+        seen += c[3] - c[2]
+        if seen >= positions:
+            break
+    sums = dict.fromkeys(("loss", "acceptance", "alpha_2", "alpha_4", "top1"), 0.0)
+    count = 0
+    for lo in range(0, len(chunks), 8):
+        batch = data.batch(chunks[lo : lo + 8])
+        _, p, q = _pairs(head, batch, slot, batch["features"])
+        p, q = p.double(), q.double()
+        sums["loss"] += float(position_loss(config, p, q).sum())
+        sums["acceptance"] += float((1 - total_variation(p, q)).sum())
+        sums["alpha_2"] += float(optimal_acceptance_iid(p, q, 2).sum())
+        sums["alpha_4"] += float(optimal_acceptance_iid(p, q, 4).sum())
+        sums["top1"] += float((p[:, :-1].argmax(-1) == q[:, :-1].argmax(-1)).sum())
+        count += p.shape[0]
+    return {k: v / count for k, v in sums.items()} | {"positions": count}
+
+
+def train(
+    config: TrainConfig,
+    features: str | os.PathLike,
+    target_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    resume: bool = False,
+    device: str = "cpu",
+    dtype: str = "float32",
+    progress: bool = True,
+) -> Path:
+    """Train a head (module docstring) on the features in ``features`` for the target in ``target_dir``;
+    write it, its checkpoint and its learning curve into ``out``; returns ``out``."""
+    from tqdm import tqdm
+
+    from mdsd.hf import describe_model, load_model
+
+    rank, world = _start_distributed(device)
+    out = experiment.ensure_output_dir(out, "--out")
+    checkpoint = out / CHECKPOINT
+    if resume and not checkpoint.is_file():
+        raise ValueError(f"--resume: {out} holds no checkpoint to resume")
+    if not resume and checkpoint.is_file():
+        raise ValueError(
+            f"{out} holds a checkpoint of an earlier run: pass --resume to continue it, or another --out"
+        )
+    torch.manual_seed(config.seed)
+    data = HeadData(features, config.held_out, config.seed)
+    described = describe_model(target_dir)
+    if described["weights_sha256"] != data.record["target"]["weights_sha256"]:
+        raise ValueError(
+            f"the features in {features} were read by another target ({data.record['target']['name']})"
+        )
+    target = load_model(target_dir, "float32", device)
+    vocab = data.vocabulary(config.draft_vocab)
+    head = FeatureHead.from_target(target, vocab, config.intermediate_size or None, described)
+    del target  # the head keeps the embedding and its output rows
+    slot = torch.full((head.head_config.vocab_size,), -1, dtype=torch.long)
+    slot[vocab] = torch.arange(vocab.numel())
+    model = head
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(head, broadcast_buffers=False)  # buffers: frozen
+    trainable = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _rate(config, step))
+    step, curve = 0, []
+    rng = np.random.default_rng([config.seed, rank])
+    key = {"config": dataclasses.asdict(config), "features": data.record["distill_config"], "world": world}
+    if resume:
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["key"] != key:
+            raise ValueError(
+                f"--resume: {checkpoint} is a checkpoint of another config, data or process count"
+            )
+        head.load_state_dict(saved["head"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        step, curve = saved["step"], saved["curve"]
+        rng.bit_generator.state = saved["rng"][rank]
+    chunks = data.chunks("train", config.chunk)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16" and device == "cpu")
+    bar = tqdm(total=config.steps, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
+    while step < config.steps:
+        picked, size = [], 0
+        while size < config.batch_tokens:
+            c = chunks[int(rng.integers(len(chunks)))]
+            picked.append(c)
+            size += c[3] - c[2]
+        with autocast:
+            loss = _objective(config, model, data.batch(picked), slot)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        bar.update(1)
+        if rank == 0 and (step % config.eval_every == 0 or step == config.steps):
+            metrics = evaluate(head, data, slot, config, config.eval_positions)
+            curve.append(
+                {
+                    "step": step,
+                    "tokens": step * config.batch_tokens * world,
+                    "train_loss": float(loss.detach()),
+                }
+                | metrics
+            )
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", accept=f"{metrics['acceptance']:.3f}")
+        if step % config.checkpoint_every == 0 or step == config.steps:
+            states = _gather_rng(rng, world)
+            if rank == 0:
+                _save_checkpoint(checkpoint, key, head, optimizer, schedule, step, curve, states)
+    bar.close()
+    if rank == 0:
+        head.save(out)
+        payload = {
+            "config": dataclasses.asdict(config),
+            "features": str(features),
+            "data": {"train_tokens": data.tokens("train"), "held_out_tokens": data.tokens("held_out")},
+            "target": described,
+            "processes": world,
+            "curve": curve,
+            "command": " ".join(sys.argv),
+            "git_revision": experiment.git_revision(),
+            "versions": experiment.package_versions(),
+        }
+        (out / TRAINING).write_text(json.dumps(experiment.strict_json(payload), indent=2) + "\n")
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    return out
+
+
+def _rate(config: TrainConfig, step: int) -> float:
+    """The learning rate's factor at ``step``: linear warm-up, then a cosine decay to a tenth."""
+    if step < config.warmup:
+        return (step + 1) / config.warmup
+    done = (step - config.warmup) / max(config.steps - config.warmup, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
+
+
+def _start_distributed(device: str) -> tuple[int, int]:
+    """(rank, world size): one process, or torchrun's processes joined in a process group."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    torch.distributed.init_process_group(backend=backend)
+    return torch.distributed.get_rank(), world
+
+
+def _gather_rng(rng: np.random.Generator, world: int) -> list:
+    """Every process's batch-sampler state (to process 0), so that a resumed run draws the same batches."""
+    if world == 1:
+        return [rng.bit_generator.state]
+    states = [None] * world
+    torch.distributed.all_gather_object(states, rng.bit_generator.state)
+    return states
+
+
+def _save_checkpoint(path: Path, key, head, optimizer, schedule, step, curve, states) -> None:
+    partial = path.with_suffix(".partial")
+    torch.save(
+        {
+            "key": key,
+            "head": head.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "step": step,
+            "curve": curve,
+            "rng": states,
+        },
+        partial,
+    )
+    os.replace(partial, path)

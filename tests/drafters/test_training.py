@@ -1,0 +1,189 @@
+"""Training a head end to end on a tiny target: features, each loss, the learning curve, resuming exactly,
+two processes under torchrun, and the refusals."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_lms import tiny_lm
+
+import mdsd
+from mdsd.drafters.features import FEATURES, features_path, load_features, write_features
+from mdsd.drafters.head import FeatureHead
+from mdsd.drafters.train import CHECKPOINT, TRAINING, HeadData, TrainConfig, train
+from mdsd.hf import describe_model
+
+SMALL = dict(
+    steps=30, batch_tokens=96, chunk=16, eval_every=10, checkpoint_every=10, draft_vocab=20, held_out=0.2
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny target saved as a model directory, and the features of 48 of its own sampled sequences."""
+    root = tmp_path_factory.mktemp("training")
+    target = tiny_lm(0, vocab=24, sharpness=4.0)
+    target.save_pretrained(root / "target")
+    decoder = mdsd.TreeDecoder(target, None, None, temperature=1.0)
+    prompts = [[i % 24, (3 * i) % 24] for i in range(48)]
+    outs = decoder.generate_batch(prompts, 30, torch.Generator().manual_seed(0))
+    sequences = [p + o.tokens.tolist() for p, o in zip(prompts, outs, strict=True)]
+    features = root / "features"
+    features.mkdir()
+    for s in range(2):
+        part = sequences[24 * s : 24 * (s + 1)]
+        write_features(features_path(features, s), target, part, [2] * len(part), top_k=8)
+    record = {"distill_config": {"tiny": True}, "target": describe_model(root / "target"), "top_k": 8}
+    (features / FEATURES).write_text(json.dumps(record))
+    return root / "target", features
+
+
+def test_features_are_the_targets_laws_and_states(setup):
+    target_dir, features = setup
+    target = mdsd.hf.load_model(target_dir)
+    f = load_features(features_path(features, 0))
+    a, b = int(f["offsets"][0]), int(f["offsets"][1])
+    with torch.no_grad():
+        out = target(f["tokens"][a:b][None].long(), output_hidden_states=True)
+    logp = torch.log_softmax(out.logits[0].float(), -1)
+    assert torch.allclose(f["top_logp"][a:b], logp.topk(8, -1).values, atol=1e-5)
+    assert torch.equal(f["top_ids"][a:b, 0].long(), logp.argmax(-1))
+    hidden = (
+        target.model.norm(out.hidden_states[-1][0])
+        if len(out.hidden_states) == 2
+        else out.hidden_states[-1][0]
+    )
+    assert torch.allclose(f["hidden"][a:b].float(), hidden, atol=0.05)  # stored in bfloat16
+
+
+@pytest.mark.parametrize("loss", ["kl", "tv", "alpha"])
+def test_each_loss_trains_a_head_that_decodes_losslessly(setup, tmp_path, loss):
+    target_dir, features = setup
+    config = TrainConfig(loss=loss, **SMALL)
+    train(config, features, target_dir, tmp_path, progress=False)
+    log = json.loads((tmp_path / TRAINING).read_text())
+    assert [p["step"] for p in log["curve"]] == [10, 20, 30] and log["processes"] == 1
+    assert log["curve"][-1]["loss"] < log["curve"][0]["loss"]  # held-out loss falls
+    for point in log["curve"]:
+        assert point["acceptance"] <= point["alpha_2"] <= point["alpha_4"] <= 1.0
+    target = mdsd.hf.load_model(target_dir)
+    head = FeatureHead.load(tmp_path, target, describe_model(target_dir)["weights_sha256"])
+    assert head.vocab.numel() == SMALL["draft_vocab"]
+    prompts = [[1, 2, 3], [5]]
+    greedy = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(prompts, 10)
+    for compile in (False, "none"):
+        dec = mdsd.TreeDecoder(target, head, mdsd.Tree.kary([2, 1]), "rrs", temperature=0.0, compile=compile)
+        assert [o.tokens.tolist() for o in dec.generate_batch(prompts, 10)] == [
+            o.tokens.tolist() for o in greedy
+        ]
+
+
+def test_the_alpha_loss_beats_kl_on_its_own_objective_or_says_by_how_much(setup, tmp_path):
+    """Both losses move held-out alpha_4 up from the untrained head's (a smoke check of the objective)."""
+    target_dir, features = setup
+    train(TrainConfig(loss="alpha", **SMALL), features, target_dir, tmp_path / "a", progress=False)
+    curve = json.loads((tmp_path / "a" / TRAINING).read_text())["curve"]
+    assert curve[-1]["alpha_4"] > curve[0]["alpha_4"] - 0.02
+
+
+def test_a_killed_run_resumes_to_the_same_head(setup, tmp_path, monkeypatch):
+    target_dir, features = setup
+    config = TrainConfig(**SMALL)
+    train(config, features, target_dir, tmp_path / "whole", progress=False)
+    calls = {"n": 0}
+    batch = HeadData.batch
+
+    def dies(self, chunks):
+        calls["n"] += 1
+        if calls["n"] == 25:  # after the checkpoint at step 20
+            raise KeyboardInterrupt
+        return batch(self, chunks)
+
+    monkeypatch.setattr(HeadData, "batch", dies)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, features, target_dir, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(HeadData, "batch", batch)
+    assert torch.load(tmp_path / "cut" / CHECKPOINT, weights_only=False)["step"] == 20
+    with pytest.raises(ValueError, match="pass --resume"):
+        train(config, features, target_dir, tmp_path / "cut", progress=False)
+    with pytest.raises(ValueError, match="another config"):
+        train(
+            TrainConfig(**{**SMALL, "lr": 1e-3}),
+            features,
+            target_dir,
+            tmp_path / "cut",
+            resume=True,
+            progress=False,
+        )
+    train(config, features, target_dir, tmp_path / "cut", resume=True, progress=False)
+    whole, cut = (FeatureHead.load(tmp_path / d, mdsd.hf.load_model(target_dir)) for d in ("whole", "cut"))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), cut.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    curves = [json.loads((tmp_path / d / TRAINING).read_text())["curve"] for d in ("whole", "cut")]
+    assert curves[0] == curves[1]
+
+
+def test_bad_inputs_are_refused(setup, tmp_path):
+    target_dir, features = setup
+    with pytest.raises(ValueError, match="no checkpoint to resume"):
+        train(TrainConfig(**SMALL), features, target_dir, tmp_path / "x", resume=True, progress=False)
+    with pytest.raises(ValueError, match="--loss must be one of"):
+        TrainConfig(loss="ce")
+    with pytest.raises(ValueError, match="wor with --k 2"):
+        TrainConfig(loss="alpha", law="wor", k=3)
+    other = tmp_path / "other"
+    tiny_lm(1, vocab=24).save_pretrained(other)
+    with pytest.raises(ValueError, match="read by another target"):
+        train(TrainConfig(**SMALL), features, other, tmp_path / "y", progress=False)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / FEATURES).write_text((features / FEATURES).read_text())
+    data = features_path(features, 0).read_bytes()
+    features_path(broken, 0).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a whole features file"):
+        train(TrainConfig(**SMALL), broken, target_dir, tmp_path / "z", progress=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun(setup, tmp_path):
+    """torch DDP with the gloo backend: two processes train one head; process 0 writes it."""
+    target_dir, features = setup
+    mdsd_script = str(Path(sys.executable).parent / "mdsd")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+    ]
+    command += [
+        "--master-port",
+        str(_free_port()),
+        mdsd_script,
+        "drafters",
+        "train",
+        "--features",
+        str(features),
+    ]
+    command += ["--target", str(target_dir), "--out", str(tmp_path), "--threads", "1", "--dtype", "float32"]
+    for name, value in SMALL.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = json.loads((tmp_path / TRAINING).read_text())
+    assert log["processes"] == 2 and log["curve"][-1]["tokens"] == 30 * SMALL["batch_tokens"] * 2
+    FeatureHead.load(tmp_path, mdsd.hf.load_model(target_dir))
