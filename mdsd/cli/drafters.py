@@ -2,6 +2,7 @@
 
 mdsd drafters distill --out DIR [--prompts 4096 ...]     # the target's answers to training prompts
 mdsd drafters features --distilled DIR --out FEATURES   # the target's features and laws at every position
+mdsd drafters features --corpus chat-train code-train --out FEATURES   # ... of reference answers
 mdsd drafters train --features FEATURES --out HEAD [--loss kl|tv|alpha] [--resume]   # a feature head
 
 Every command is resumable: rerun it to continue where a killed run stopped (``train`` with ``--resume``).
@@ -36,8 +37,16 @@ def add_parser(subparsers) -> None:
         help="model dtype; auto: bfloat16 where the CPU computes in it, else float32",
     )
     distill.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    features = actions.add_parser("features", help="the target's features and top-K laws of a distilled run")
-    features.add_argument("--distilled", required=True, help="the folder of a mdsd drafters distill run")
+    features = actions.add_parser(
+        "features", help="the target's features and top-K laws of a distilled run or of a corpus (resumable)"
+    )
+    source = features.add_mutually_exclusive_group(required=True)
+    source.add_argument("--distilled", help="the folder of a mdsd drafters distill run")
+    source.add_argument("--corpus", nargs="+", metavar="SET", help="training sets read with their references")
+    features.add_argument("--sequences", type=int, default=1024, help="corpus sequences in all (1024)")
+    features.add_argument("--seed", type=int, default=0, help="seed of the corpus sample (0)")
+    features.add_argument("--max-prompt-tokens", type=int, default=192, help="corpus prompt cap (192)")
+    features.add_argument("--max-answer-tokens", type=int, default=256, help="corpus reference cap (256)")
     features.add_argument("--out", required=True, help="folder of the features files (the mdsd cache: large)")
     features.add_argument(
         "--target", default="qwen2.5-coder", help="the run's target (a directory or a pair)"
@@ -88,9 +97,15 @@ def run(args: argparse.Namespace) -> int:
         out = distill(config_from_args(DistillConfig, args), target, args.out, dtype=dtype)
         print(f"mdsd drafters distill: shards in {out}")
     elif args.action == "features":
-        from mdsd.drafters.features import compute_features
+        from mdsd.drafters.features import compute_corpus_features, compute_features
 
-        out = compute_features(args.distilled, target, args.out, args.top_k, dtype)
+        if args.distilled:
+            out = compute_features(args.distilled, target, args.out, args.top_k, dtype)
+        else:
+            sets = tuple(args.corpus)
+            out = compute_corpus_features(
+                sets, args.sequences, target, args.out, args.top_k, dtype, seed=args.seed
+            )
         print(f"mdsd drafters features: features in {out}")
     else:
         from mdsd.drafters.train import TrainConfig, train

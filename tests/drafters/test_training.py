@@ -38,7 +38,7 @@ def setup(tmp_path_factory):
     for s in range(2):
         part = sequences[24 * s : 24 * (s + 1)]
         write_features(features_path(features, s), target, part, [2] * len(part), top_k=8)
-    record = {"distill_config": {"tiny": True}, "target": describe_model(root / "target"), "top_k": 8}
+    record = {"source": {"tiny": True}, "target": describe_model(root / "target"), "top_k": 8}
     (features / FEATURES).write_text(json.dumps(record))
     return root / "target", features
 
