@@ -49,7 +49,10 @@ def add_parser(subparsers) -> None:
     )
     models = parser.add_argument_group("models (give --target and --draft, or --pair)")
     models.add_argument("--target", help="local Hugging Face directory of the target model")
-    models.add_argument("--draft", help="local Hugging Face directory of the draft model")
+    models.add_argument(
+        "--draft",
+        help="local Hugging Face directory of the draft model, or a feature head's (mdsd drafters train)",
+    )
     models.add_argument("--pair", help="a known pair fetched with `mdsd models fetch` (e.g. qwen2.5-coder)")
     parser.add_argument("--tree", default="binary:3", help="tree (see above) (default: %(default)s)")
     parser.add_argument(
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mdsd import TreeDecoder
     from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
+    from mdsd.hf.load import is_head
     from mdsd.sources import make_source
     from mdsd.tree.adaptive import make_policy, policy_names
     from mdsd.tree.spec import compile_option, parse_tree
@@ -169,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
             "give --source"
         )
     needs_draft = not alone or args.compare  # --compare runs HF assisted generation with the draft
+    if args.compare and args.draft and is_head(args.draft):
+        raise ValueError(
+            "--compare runs HF assisted generation, which needs a draft model: --draft is a head"
+        )
     if args.pair:
         if args.target or args.draft:
             raise ValueError("give either --pair or --target and --draft, not both")
@@ -266,10 +274,11 @@ def run(args: argparse.Namespace) -> int:
 def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None:
     """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
     models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
+    from mdsd.hf.load import is_head
     from mdsd.tree.memory import TreeShape, check_memory, decode_memory
     from mdsd.tree.spec import tree_shape
 
-    files = [Path(p) / "config.json" for p in (target_path, draft_path) if p]
+    files = [Path(p) / "config.json" for p in (target_path, draft_path) if p and not is_head(p)]
     if not all(f.is_file() for f in files):
         return  # load_pair names the missing model directory
     configs = [json.loads(f.read_text()) for f in files]

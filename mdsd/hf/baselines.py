@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mdsd.tree.drafter import as_drafter, check_drafter
 from mdsd.tree.models import eos_ids, shared_vocab_size
 
 __all__ = [
@@ -225,7 +226,7 @@ class _Checked:
         else:
             if draft is target:
                 raise ValueError("draft is the target itself: their forwards could not be counted apart")
-            vocab = shared_vocab_size(target, draft)
+            vocab = check_drafter(target, as_drafter(draft))  # a causal LM or a feature head
         self.target, self.vocab = target, vocab
         self.prompts = _check_prompts(prompts, vocab)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):

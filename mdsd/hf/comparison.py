@@ -15,7 +15,9 @@ whatever the method, and reports per method
 
 An mdsd method on the fast path (``TreeMethod(compile=...)``) replays captured steps, which call no model
 from Python, so the hook cannot see its forwards: its counts are the decoder's own (one target forward per
-step, ``draft_forwards``), which equal the hook's on the eager path (tested).
+step, ``draft_forwards``), which equal the hook's on the eager path (tested). So are the counts of a method
+whose draft is a feature head (:class:`mdsd.drafters.FeatureHead`): the target hands it features through
+its inner model, which the hook on the top-level module does not see.
 
 >>> ratio, (low, high) = ratio_interval([6, 9], [3, 3])
 >>> ratio, round(low, 3), round(high, 3)
@@ -95,6 +97,8 @@ class HFAssisted:
         return "hf-assisted" + (f" ({given})" if given else "")
 
     def _prepare(self, check: _Checked, draft: torch.nn.Module) -> Decode:
+        if getattr(draft, "reads_features", False):
+            raise ValueError("HF assisted generation needs a draft model; the draft here is a feature head")
         options = _assistant_options(self.options)
         return lambda ids, seed: _generate(check, draft, ids, seed, options)
 
@@ -265,8 +269,8 @@ def compare(
                 _synchronize(device)
                 seconds = time.perf_counter() - start
             forwards = (n[0], n[1])
-            if getattr(method, "compile", False):  # captured steps run no Python forward: the decoder counts
-                forwards = (out.steps, out.draft_forwards)
+            if getattr(method, "compile", False) or getattr(draft, "reads_features", False):
+                forwards = (out.steps, out.draft_forwards)  # no forward the hook sees: the decoder counts
             mine.append(
                 PromptRun(method.name, i, check.seed + i, len(out.tokens), out.steps, *forwards, seconds, out)
             )

@@ -16,7 +16,7 @@ from mdsd.hf.deps import dtype_argument
 from mdsd.hf.fetch import PAIRS, model_dir
 from mdsd.validation import check_device
 
-__all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths"]
+__all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths", "is_head"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -66,6 +66,11 @@ def pair_paths(name: str, cache: str | os.PathLike | None = None) -> tuple[Path,
     return model_dir(name, "target", cache), model_dir(name, "draft", cache)
 
 
+def is_head(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a feature head (``head.json``, :class:`mdsd.drafters.FeatureHead`)."""
+    return (Path(path).expanduser() / "head.json").is_file()
+
+
 def load_pair(
     target_path: str | os.PathLike,
     draft_path: str | os.PathLike,
@@ -76,10 +81,19 @@ def load_pair(
 
     The tokenizers must map the same strings to the same ids and both models must output logits
     over the same number of ids; otherwise :class:`ValueError` names both sizes. The target's
-    tokenizer is returned.
+    tokenizer is returned. ``draft_path`` may hold a feature head (:func:`is_head`) instead of a model:
+    it is loaded for this target (:meth:`mdsd.drafters.FeatureHead.load` checks that it was made for it).
     """
     check_device(device)
     _dtype(dtype)
+    if is_head(draft_path):
+        from mdsd.drafters.head import FeatureHead
+        from mdsd.hf.fetch import describe_model
+
+        target_dir = _directory(target_path, "target_path")
+        target, tokenizer = load_model(target_dir, dtype, device), load_tokenizer(target_dir)
+        digest = describe_model(target_dir)["weights_sha256"]
+        return target, FeatureHead.load(draft_path, target, digest), tokenizer
     target_dir, draft_dir = _directory(target_path, "target_path"), _directory(draft_path, "draft_path")
     tokenizer = load_tokenizer(target_dir)
     draft_tokenizer = load_tokenizer(draft_dir)

@@ -56,7 +56,7 @@ from mdsd.tree.draft import Pending
 from mdsd.tree.drafter import Drafter
 from mdsd.tree.eager import capacity
 from mdsd.tree.loop import StepReport, StepRequest
-from mdsd.tree.prefill import prefill_features
+from mdsd.tree.prefill import prefill
 from mdsd.tree.static import StaticLM, static_obstacle
 from mdsd.tree.step import Summary, decode_step
 
@@ -173,11 +173,18 @@ class CapturedRunner:
         self.widths = self.block_widths()  # (one pending block, the draft's whole buffer)
         first = Pending.from_rows(prompts, self.device)  # the first step reads them whole, as the eager path
         self._first = (first, first)
-        if self.drafter is not None and self.drafter.reads_features:
-            self._first = prefill_features(state.target, first)
+        self._prefill = self.drafter is not None and self.drafter.reads_features  # mdsd.tree.prefill
 
     def step(self, request: StepRequest) -> StepReport:
         state, rows = self._state, np.flatnonzero(self.active)
+        if self._prefill:  # the target reads the prompts and emits a token; the next step reads the rest
+            self._prefill = False
+            done = prefill(
+                state.target, self._first[0], self.config.temperature, UniformStream(generator=self.generator)
+            )
+            self._first = (done.root, done.drafter)
+            self.lagging = done.summary.draft_pending
+            return StepReport(done.summary.rows(rows), 0, drafted=False)
         if request.retrieved is not None:
             state.retrieved.index_copy_(0, torch.as_tensor(rows, device=self.device), request.retrieved)
         limited = request.limits is not None

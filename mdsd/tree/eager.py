@@ -21,7 +21,7 @@ from mdsd.tree.config import DecodeConfig
 from mdsd.tree.draft import Pending
 from mdsd.tree.drafter import Drafter
 from mdsd.tree.loop import StepReport, StepRequest
-from mdsd.tree.prefill import prefill_features
+from mdsd.tree.prefill import prefill
 from mdsd.tree.step import Summary, decode_step
 
 __all__ = ["EagerRunner", "PHASES", "capacity"]
@@ -63,13 +63,17 @@ class EagerRunner:
             size = capacity(self.config, max(map(len, prompts)), max_new_tokens, pending)
             self.draft_cache = self.drafter.eager_cache(B, size, T)
         self.target_pending = self.draft_pending = Pending.from_rows(prompts, dev)
-        if features:  # the target reads each prompt but its last token first: their features
-            self.target_pending, self.draft_pending = prefill_features(self.target_cache, self.draft_pending)
+        self._prefill = features  # the first step: the target reads the prompts (mdsd.tree.prefill)
 
     def step(self, request: StepRequest) -> StepReport:
         clock = _Clock(self.device, self._timings)
+        if self._prefill:
+            self._prefill = False
+            done = prefill(self.target_cache, self.target_pending, self.config.temperature, self._stream())
+            self.target_pending, self.draft_pending = done.root, done.drafter
+            clock.lap("target")
+            return StepReport(done.summary, 0, drafted=False)
         limit = None if request.limits is None else torch.as_tensor(request.limits, device=self.device)
-        stream = UniformStream(generator=self.generator)  # the step's one source of random numbers
         out = decode_step(
             self.target_cache,
             self.draft_cache,
@@ -77,7 +81,7 @@ class EagerRunner:
             self.draft_pending,
             self.config.plan(request.depth),
             self.config.rule,
-            stream,
+            self._stream(),
             limit,
             request.retrieved,
             clock.lap,
@@ -94,6 +98,9 @@ class EagerRunner:
         self.draft_pending = Pending(nxt.ids[:, -width:], nxt.real[:, -width:], features)
         clock.lap("cache")
         return StepReport(summary, out.draft_forwards)
+
+    def _stream(self) -> UniformStream:
+        return UniformStream(generator=self.generator)  # a step's one source of random numbers
 
     def retire(self, done: np.ndarray) -> None:
         keep = torch.as_tensor(np.flatnonzero(~done), device=self.device)

@@ -41,6 +41,7 @@ class StepReport:
     summary: Summary  # the rows of the request, in order
     draft_forwards: int
     buffer_reads: int = 0  # 1: a drafting step that read the draft's whole pending buffer (fast path)
+    drafted: bool = True  # False: the step drafted nothing whatever the depth asked (the prompt's read)
 
 
 class Runner(Protocol):

@@ -1,46 +1,62 @@
-"""The prompt's features for a drafter that reads the target's hidden states.
+"""The first step of a decode with a drafter that reads the target's features: the target reads the prompt.
 
 A feature drafter (:mod:`mdsd.drafters.head`) reads each token with the target's hidden state at the
-position before it. Before the first step the target has seen nothing, so the decode starts with one target
-forward over each prompt but its last token (committed to the target's cache): the drafter then reads the
-whole prompt with those features (zeros before a prompt's first token), and the first step's target reads
-the last token as its root, as every later step does.
+position before it. Before the first step the target has seen nothing, so a decode with such a drafter
+starts as plain autoregressive decoding does (EAGLE's prefill): one target forward over each prompt, which
+emits the first token from p at the prompt's last position (drawn from the step's uniform stream, or the
+argmax at T = 0: the target's law) and commits the prompt to the target's cache. The drafter then reads the
+prompt and that token with their features (zeros before a prompt's first token) at the next step, whose
+target reads the token as its root, as every later step does. So the prompt's read costs one target forward
+and emits one token, as it does for autoregressive decoding.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
+from mdsd.sampling import inverse_cdf, uniform
 from mdsd.tree.cache import Cache
 from mdsd.tree.draft import Pending, causal
+from mdsd.tree.step import COLUMNS, Summary
 
-__all__ = ["prefill_features"]
+__all__ = ["Prefilled", "prefill"]
 
 
-def prefill_features(cache: Cache, prompts: Pending) -> tuple[Pending, Pending]:
-    """(the target's pending block, the drafter's) after the target's ``cache`` read ``prompts`` (left-padded
-    [B, P]) but their last tokens: each prompt's last token [B, 1], and the prompts with their features
-    [B, P, H]."""
+@dataclass
+class Prefilled:
+    """What the prompt's read leaves for the first drafting step."""
+
+    root: Pending  # [B, 1] the emitted token, which the target reads next
+    drafter: Pending  # [B, P + 1] the prompt and that token with their features, for the drafter
+    summary: Summary  # the step as the host records it (one token emitted, no draft)
+
+
+def prefill(cache: Cache, prompts: Pending, temperature: float, stream) -> Prefilled:
+    """The first step (module docstring) over the target's ``cache`` (made with ``hidden=True``) for the
+    left-padded ``prompts`` [B, P]; ``stream``: the step's random numbers."""
     ids, real = prompts.ids, prompts.real
     B, P = ids.shape
-    before = torch.cat([torch.zeros_like(real[:, :1]), real[:, :-1]], 1)  # the token has a real predecessor
-    hidden = None
-    if P > 1:
-        head = real[:, :-1]  # every real token but the last (the last column is every row's last token)
-        cache.begin()
-        positions = cache.live()[:, None] + (head.cumsum(1) - 1).clamp(min=0)
-        hidden = cache.forward(ids[:, :-1], causal(head), positions, P - 1, head).hidden  # [B, P - 1, H]
-        order = torch.sort((~head).to(torch.uint8), dim=1, stable=True).indices  # real slots first, in order
-        cache.commit(order, head.sum(1))
-    size = _hidden_size(cache) if hidden is None else hidden.shape[2]
-    dtype = next(p.dtype for p in cache.model.parameters() if p.is_floating_point())
-    shifted = torch.zeros(B, 1, size, dtype=dtype, device=ids.device)
-    if hidden is not None:
-        shifted = torch.cat([shifted, hidden.to(dtype)], 1)  # token j's feature: the state at token j - 1
-    features = shifted * before[..., None]
-    root = Pending(ids[:, -1:], torch.ones(B, 1, dtype=torch.bool, device=ids.device))
-    return root, Pending(ids, real, features)
-
-
-def _hidden_size(cache: Cache) -> int:
-    return int(cache.model.get_output_embeddings().weight.shape[1])
+    cache.begin()
+    positions = cache.live()[:, None] + (real.cumsum(1) - 1).clamp(min=0)
+    seen = cache.forward(ids, causal(real), positions, P, real)
+    order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices  # the real slots, in order
+    cache.commit(order, real.sum(1))
+    last = seen.logits[:, -1]
+    if temperature == 0:
+        token = last.argmax(-1)
+    else:
+        p = torch.softmax(last, dim=-1, dtype=torch.float32)
+        token = inverse_cdf(p, uniform((B, 1), stream, ids.device))[:, 0]
+    before = torch.cat([torch.zeros_like(real[:, :1]), real], 1)  # the token has a real predecessor
+    hidden = seen.hidden
+    features = torch.cat([hidden.new_zeros(B, 1, hidden.shape[2]), hidden], 1) * before[..., None]
+    one = torch.ones(B, 1, dtype=torch.bool, device=ids.device)
+    drafter = Pending(torch.cat([ids, token[:, None]], 1), torch.cat([real, one], 1), features)
+    host = torch.stack([token, seen.bad.long() * 2, real.sum(1) + 1], 1).cpu().numpy()  # the one read
+    columns = dict.fromkeys(COLUMNS, np.zeros(B, dtype=np.int64))
+    columns |= {"count": np.ones(B, dtype=np.int64), "bad": host[:, 1], "draft_pending": host[:, 2]}
+    summary = Summary(**columns, emitted=host[:, :1])
+    return Prefilled(Pending(token[:, None], one), drafter, summary)

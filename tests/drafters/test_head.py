@@ -128,7 +128,8 @@ def test_a_head_that_copies_the_target_is_accepted_whole():
     for compile in (False, "none"):
         dec = mdsd.TreeDecoder(target, head, mdsd.Tree.chain(4), "rrs", temperature=0.0, compile=compile)
         out = dec.generate(torch.tensor([[3, 4, 5]]), 20)
-        assert out.mean_tokens_per_step > 4.5, out.tokens_per_step
+        # the prompt's read emits one token (mdsd.tree.prefill); every later step accepts all four drafts
+        assert out.tokens_per_step[0] == 1 and set(out.tokens_per_step[1:-1]) == {5}, out.tokens_per_step
 
 
 @pytest.mark.slow
@@ -183,3 +184,23 @@ def test_save_and_load_round_trip_and_refusals(tmp_path):
         FeatureHead.load(tmp_path / "h", target)
     with pytest.raises(FileNotFoundError, match="no head"):
         FeatureHead.load(tmp_path / "none", target)
+
+
+def test_mdsd_decode_takes_a_head_as_its_draft(tmp_path, capsys):
+    from mdsd.cli import main
+    from tiny_lms import word_pair
+
+    target_dir, _ = word_pair(tmp_path)
+    target = mdsd.hf.load_model(target_dir)
+    head = _trained_like(FeatureHead.from_target(target, torch.arange(0, 12)), seed=3)
+    head.save(tmp_path / "head")
+    base = ["decode", "--target", str(target_dir), "--temperature", "0", "--prompt", "the cat sat on"]
+    assert main([*base, "--tree", "none", "--max-new-tokens", "8"]) == 0
+    plain = capsys.readouterr().out.split("\n")[1]
+    for compile in ("false", "none"):
+        args = [*base, "--draft", str(tmp_path / "head"), "--tree", "binary:2", "--max-new-tokens", "8"]
+        assert main([*args, "--compile", compile]) == 0
+        out = capsys.readouterr().out
+        assert out.split("\n")[1] == plain and "binary:2: 8 tokens from" in out
+    assert main([*base, "--draft", str(tmp_path / "head"), "--compare"]) == 2
+    assert "needs a draft model: --draft is a head" in capsys.readouterr().err
