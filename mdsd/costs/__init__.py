@@ -29,14 +29,18 @@ cache is taken as long as the target's; the overhead is linear in B (F + M) and 
 temperature.
 
 Modules: :mod:`~mdsd.costs.profile` (measured forward times), :mod:`~mdsd.costs.predict` (step times,
-tokens per second, speedups), :mod:`~mdsd.costs.runs` (timed decodes, their replay, the overhead fit).
+tokens per second, speedups), :mod:`~mdsd.costs.runs` (timed decodes, their replay, the overhead fit),
+:mod:`~mdsd.costs.weights` (what a forward reads and computes per token, from the weights alone).
 """
 
 from mdsd.costs.predict import Overhead, Prediction, depth_seconds, predict, step_forwards, step_seconds
 from mdsd.costs.profile import CostProfile, measure_profile
 from mdsd.costs.runs import TimedDecode, measure_overhead, replay_seconds, time_decode
+from mdsd.costs.weights import ForwardCost, forward_cost
 
 __all__ = [
+    "ForwardCost",
+    "forward_cost",
     "CostProfile",
     "measure_profile",
     "Overhead",

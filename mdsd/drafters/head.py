@@ -186,6 +186,10 @@ class FeatureHead(nn.Module):
         full = small.new_full((*small.shape[:-1], self.head_config.vocab_size), FILL)
         return full.index_copy_(-1, self.vocab, small)
 
+    def matmul_weights(self) -> list[torch.Tensor]:
+        """The matrices it multiplies besides its linear layers: its output rows (:mod:`mdsd.costs`)."""
+        return [self.out]
+
     # -- the drafter protocol (mdsd.tree.drafter.Drafter) ------------------------------------------------
 
     @property

@@ -204,3 +204,16 @@ def test_mdsd_decode_takes_a_head_as_its_draft(tmp_path, capsys):
         assert out.split("\n")[1] == plain and "binary:2: 8 tokens from" in out
     assert main([*base, "--draft", str(tmp_path / "head"), "--compare"]) == 2
     assert "needs a draft model: --draft is a head" in capsys.readouterr().err
+
+
+def test_a_heads_cost_is_its_layer_input_map_and_output_rows():
+    from mdsd.costs import forward_cost
+
+    target = tiny_lm(0, vocab=24)
+    head = FeatureHead.from_target(target, torch.arange(10), intermediate_size=16)
+    H, s = target.config.hidden_size, head.head_config.layer
+    layer = H * s.head_dim * (2 * s.heads + 2 * s.kv_heads) + 3 * H * 16
+    want = 2 * H * H + layer + 10 * H
+    assert forward_cost(head).multiply_adds == want and forward_cost(head).bytes == 4 * want
+    full = sum(m.weight.numel() for m in target.modules() if isinstance(m, torch.nn.Linear))
+    assert forward_cost(target).multiply_adds == full
