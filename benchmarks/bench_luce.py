@@ -32,9 +32,9 @@ import torch
 import mdsd
 from mdsd.experiment import config_from_cli, write_results
 from mdsd.otm.selection import optimal_selection_law
-from mdsd.verifiers.luce import luce_law
-from mdsd.verifiers.luce_rule import luce_rule
 from mdsd.verifiers.optimal import OptimalVerifier
+from mdsd.verifiers.optimal.luce import luce_law
+from mdsd.verifiers.optimal.luce_rule import luce_rule
 
 
 @dataclass

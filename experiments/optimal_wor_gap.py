@@ -3,12 +3,12 @@ i.i.d.-stream fallback and RRSw.
 
 For drafts without replacement beyond its flow size, ``mdsd.verifier("optimal", k, law="wor")`` runs a
 Luce rule with priority levels whose weights are fitted to the closed-form optimal selection law
-(mdsd/verifiers/luce_rule.py); its exact acceptance (Σ min(F, p) plus residual draws landing on drafts,
-to the quadrature's bound, below 1e-12) is compared here with α*_wor (min-cut dual over sorted prefixes:
-proven for k = 2, conjectured for k >= 3; mdsd/otm/dual.py), with the exact acceptance of the i.i.d.-stream
-fallback (``wor_rule="fallback"``, mdsd/verifiers/fallback.py) and with RRSw's (exact for k = 2, else a
-seeded estimate with its Wilson 95% interval). Also kept per row: the solver's steps and its distance to
-the target, the seconds it took, and the rule's lower bound Σ min(F, p).
+(mdsd/verifiers/optimal/luce_rule.py); its exact acceptance (Σ min(F, p) plus residual draws landing on
+drafts, to the quadrature's bound, below 1e-12) is compared here with α*_wor (min-cut dual over sorted
+prefixes: proven for k = 2, conjectured for k >= 3; mdsd/otm/dual.py), with the exact acceptance of the
+i.i.d.-stream fallback (``wor_rule="fallback"``, mdsd/verifiers/optimal/fallback.py) and with RRSw's (exact
+for k = 2, else a seeded estimate with its Wilson 95% interval). Also kept per row: the solver's steps and its
+distance to the target, the seconds it took, and the rule's lower bound Σ min(F, p).
 
 Pairs: the bundled corpus (``--source corpus``: mdsd.data.real_pairs, Qwen2.5-Coder 1.5B / 0.5B, support
 exact, tail lumped into one token) or full-vocabulary pairs recorded afresh from the cached models

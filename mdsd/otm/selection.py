@@ -14,7 +14,7 @@ F(P_i) = p(P_i) + max(m_i, S_i) <= g(P_i), F <= p on the min-cut side B* = P_{i*
 Σ min(F, p) = g(B*) + p(A*) = α*.
 
 * **i.i.d. drafts**: g(A) = 1 − (1 − q(A))^k depends on q(A) alone, so the prefix bounds give every set's
-  bound; proven, and realised at any vocabulary by the priority layout (:mod:`mdsd.verifiers.layout`,
+  bound; proven, and realised at any vocabulary by the priority layout (:mod:`mdsd.verifiers.optimal.layout`,
   whose ``target`` this equals).
 * **drafts without replacement**: g(A) = 1 − Q(set ⊆ V∖A) (the race integral). That this F is a base of
   g (F(A) <= g(A) for every token set, not only prefixes) is *checked, not proven*: the tests enumerate

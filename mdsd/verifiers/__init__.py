@@ -11,6 +11,10 @@ module (a ``Verifier`` subclass with ``@register``: kernel, exact acceptance, ex
 and its tests.
 
 Every verifier has a slow float64 reference that its sampler matches under the same uniforms.
+
+The optimal verifier and its support (the two-step verifier, the priority layout and its reference, the Luce
+rule, the fallback for drafts without replacement) live apart, in the subpackage
+:mod:`mdsd.verifiers.optimal`; this package imports it like its modules.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from mdsd.verifiers.kseq import KSeqVerifier
 from mdsd.verifiers.spechub import SpecHubVerifier
 from mdsd.verifiers.greedy import GreedyVerifier
 from mdsd.verifiers.topk import TopKVerifier
-from mdsd.verifiers.optimal import OptimalVerifier
+from mdsd.verifiers.optimal import OptimalVerifier  # the subpackage mdsd/verifiers/optimal/
 
 # isort: on
 

@@ -187,8 +187,9 @@ def test_save_and_load_round_trip_and_refusals(tmp_path):
 
 
 def test_mdsd_decode_takes_a_head_as_its_draft(tmp_path, capsys):
-    from mdsd.cli import main
     from tiny_lms import word_pair
+
+    from mdsd.cli import main
 
     target_dir, _ = word_pair(tmp_path)
     target = mdsd.hf.load_model(target_dir)

@@ -14,7 +14,7 @@ from otm_cases import exact_joint, random_pair
 
 import mdsd
 from mdsd.otm.selection import optimal_selection_law
-from mdsd.verifiers.layout import iid_layout
+from mdsd.verifiers.optimal.layout import iid_layout
 
 
 def _pairs(law, count, seed):

@@ -119,7 +119,7 @@ def test_sequence_rules_and_optimal_without_replacement_follow_the_target_law(
     """Block and Traversal Verification of whole trees, and the optimal verifier for drafts without
     replacement inside the decoder with its i.i.d. fallback (here V = 12 would solve one flow per node;
     the Luce rule, its default beyond the flow size, solves weights per node and is too slow for 6000
-    decodes: tests/verifiers/test_luce.py checks its law exactly and by a G-test at V = 151,936)."""
+    decodes: tests/verifiers/optimal/test_luce.py checks its law exactly and by a G-test at V = 151,936)."""
     target, draft = pair
     if path and temperature == 0.05:
         pytest.skip("the fast path is checked at 1e-3 and 1")

@@ -9,7 +9,7 @@ import pytest
 
 import mdsd
 from mdsd.cli import main
-from mdsd.verifiers.fallback import fallback_acceptance
+from mdsd.verifiers.optimal.fallback import fallback_acceptance
 
 
 def test_builtin_example_json_matches_the_library(capsys):

@@ -90,7 +90,11 @@ def test_a_new_verifier_is_its_class(monkeypatch):
     with pytest.raises(ValueError, match="already registered"):
         registry.register(Impostor)
     with pytest.raises(ValueError, match="already registered"):
-        registry.register_path_rule(registry.PathRule("echo", drafts_with="rrs", chains_only=False))
+        registry.register_path_rule(
+            registry.PathRule(
+                "echo", drafts_with="rrs", chains_only=False, kernel=registry.path_rule("block").kernel
+            )
+        )
 
 
 def test_names_with_a_law_are_checked_by_the_registry():

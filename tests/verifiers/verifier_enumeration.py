@@ -8,7 +8,8 @@ positive tokens than the law needs) follows the degenerate rule: drafts = the to
 accepted iff y is one of them.
 
 :func:`_layout` builds the optimal i.i.d. verifier's layout one token at a time with Brent's method,
-independently of mdsd.verifiers.layout's closed form, which tests/verifiers/test_layout.py checks against it.
+independently of mdsd.verifiers.optimal.layout's closed form, which tests/verifiers/optimal/test_layout.py
+checks against it.
 """
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ is known).
 slack g(P_i) − F*(P_i); the tight prefixes cut the order into levels (contiguous blocks: most real pairs
 give one long block plus single tokens). Within a level the weights maximise L, by Hunter's MM step
 θ ← θ + log F* − log F_θ (a majorise-minimise step of L, monotone) accelerated by Anderson mixing, with
-F_θ from :func:`mdsd.verifiers.luce.luce_law` at a coarse step. Tight sets that are not prefixes drive
+F_θ from :func:`mdsd.verifiers.optimal.luce.luce_law` at a coarse step. Tight sets that are not prefixes drive
 some weights apart; log-weights are kept within a level's range (:data:`SPREAD`), the limit being
 approached. Whatever the weights reached, the law used for verification is computed afresh at the fine
 step for exactly those weights, so an unconverged solve costs acceptance, never correctness.
 
 **Many light tokens.** Where a level holds more than :data:`MANY` tokens light enough to be summed in
-groups by :func:`~mdsd.verifiers.luce.luce_law`, they share weights by bins of log(F*/q) (for a light
+groups by :func:`~mdsd.verifiers.optimal.luce.luce_law`, they share weights by bins of log(F*/q) (for a light
 token F ≈ q ψ(w), ψ increasing, so tokens of one ratio want one weight), and the solver fits each bin's
 total target; the bins' width trades acceptance (about width/8 of their target mass) for nodes. The solver
 stops once Σ |F_θ − F*| over its units is below :data:`TOLERANCE`, or below :data:`SETTLED` of the
@@ -48,8 +48,8 @@ import torch
 from mdsd.laws import WithoutReplacement
 from mdsd.otm.selection import optimal_selection_law
 from mdsd.sampling import inverse_cdf
-from mdsd.verifiers.luce import light_tokens, luce_law, merge_levels
 from mdsd.verifiers.ops import take
+from mdsd.verifiers.optimal.luce import light_tokens, luce_law, merge_levels
 
 __all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
 
@@ -77,7 +77,7 @@ class LuceRule:
     log_weight : ndarray [n]
         log w within the level (max 0 per level).
     law : ndarray [n]
-        F of this rule (:func:`mdsd.verifiers.luce.luce_law`, default step), 0 where q = 0.
+        F of this rule (:func:`mdsd.verifiers.optimal.luce.luce_law`, default step), 0 where q = 0.
     error : float
         Bound on Σ |law − F| (the quadrature's).
     target : ndarray [n]
@@ -171,7 +171,7 @@ def luce_rule(
     p, q [n] float64 distributions (q with at least k positive entries). The solver stops at a distance
     max(``tolerance``, :data:`SETTLED` · :data:`BIN_LOSS` · levels binned), when it stalls, or after
     ``iterations`` steps (0: the starting weights F*/q); ``step`` is the fine step of the final law
-    (default: the quadrature's :func:`~mdsd.verifiers.luce.default_step`).
+    (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`).
 
     >>> rule = luce_rule(np.array([0.0, 0.5, 0.5]), np.array([0.6, 0.2, 0.2]), 2)
     >>> rule.level.tolist(), bool(abs(rule.law[1:].sum() - 1.0) < 1e-12)  # token 0 last, never chosen

@@ -1,6 +1,6 @@
 """The optimal verifier: the two-step verifier (docs/mathematics.md §6) with a selection rule that reaches α*.
 
-* i.i.d. drafts, any vocabulary and k: the priority layout of :mod:`mdsd.verifiers.layout` (each draft
+* i.i.d. drafts, any vocabulary and k: the priority layout of :mod:`mdsd.verifiers.optimal.layout` (each draft
   draws a depth from its token's pieces, the least depth is selected). Its law F is known in closed form
   and Σ min(F, p) = α*; no residual ever lands on a draft, so the acceptance is exactly α*.
 * any other law (without replacement, Joint, hub, ...) on a small network (at most :data:`FLOW_TUPLES`
@@ -10,9 +10,9 @@
   the verifier is lossless whatever the solver's tolerance and optimal up to it. A host path: the flow is
   solved on the CPU.
 * drafts without replacement beyond that size (``wor_rule="luce"``, the default): a Luce rule with
-  priority levels (:mod:`mdsd.verifiers.luce_rule`): levels from the tight prefixes of the closed-form
+  priority levels (:mod:`mdsd.verifiers.optimal.luce_rule`): levels from the tight prefixes of the closed-form
   optimal law F*, weights fitted to F* within each level; the law F̂ used for verification is computed
-  for exactly those levels and weights (:mod:`mdsd.verifiers.luce`, ε = Σ|F̂ − F| below 1e-13 by the
+  for exactly those levels and weights (:mod:`mdsd.verifiers.optimal.luce`, ε = Σ|F̂ − F| below 1e-13 by the
   quadrature's bound), so the verifier is lossless to that figure whatever the solver reached: the
   emitted law is F a + (1 − Σ F a) r̂ with a = min(1, p/F̂), r̂ = norm((p − F̂)+), while p = F̂ a +
   (1 − Σ F̂ a) r̂ exactly, so it is within 2ε of p in L1. Its acceptance (Σ min(F̂, p) plus residual
@@ -22,13 +22,13 @@
   distinct tokens are the drafts: before each new draft, a repeat of an earlier one with probability
   q(drafts so far)), and the i.i.d. rule runs on those. Lossless; the acceptance is at least α*_iid(k)
   (plus residual draws landing on unused drafts) and at most α*_wor(k); :meth:`OptimalVerifier.acceptance`
-  gives it exactly for k <= 4 (:mod:`mdsd.verifiers.fallback`) and refuses to guess it for k >= 5 (use
+  gives it exactly for k <= 4 (:mod:`mdsd.verifiers.optimal.fallback`) and refuses to guess it for k >= 5 (use
   :func:`mdsd.estimate_acceptance`).
 
 **On the device.** The i.i.d. rule and the fallback are kernels like every other verifier's: the layout of
 all rows at once (a stable sort of the ratios by integer keys, prefix sums, running minima, F), each
 draft's window top by a fixed number of jumps and its depth by one arg max, the least depth selected,
-the two-step accept/residual (:mod:`mdsd.verifiers.layout`); fixed shapes per (rows, V, k), no branch
+the two-step accept/residual (:mod:`mdsd.verifiers.optimal.layout`); fixed shapes per (rows, V, k), no branch
 on the data, no host synchronisation, every random number from the call's :class:`Uniforms`. The flow
 and the Luce rule read values back (:meth:`OptimalVerifier.reads_back`): eager path only.
 """
@@ -45,15 +45,15 @@ from mdsd.laws import IID, DraftLaw, WithoutReplacement
 from mdsd.otm.solve import solve_otm
 from mdsd.validation import as_pair, check_k
 from mdsd.verifiers.base import Rows, Verifier
-from mdsd.verifiers.fallback import fallback_acceptance
-from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
-from mdsd.verifiers.layout_reference import least_depth_odds, reference_select, stack_pieces
-from mdsd.verifiers.luce import luce_hits
-from mdsd.verifiers.luce_rule import LuceRule, luce_rule, luce_select
 from mdsd.verifiers.ops import Uniforms, take
+from mdsd.verifiers.optimal.fallback import fallback_acceptance
+from mdsd.verifiers.optimal.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.optimal.layout_reference import least_depth_odds, reference_select, stack_pieces
+from mdsd.verifiers.optimal.luce import luce_hits
+from mdsd.verifiers.optimal.luce_rule import LuceRule, luce_rule, luce_select
+from mdsd.verifiers.optimal.twostep import selection_acceptance, two_step
 from mdsd.verifiers.reference import draw_index, normalized, onehot
 from mdsd.verifiers.registry import register
-from mdsd.verifiers.twostep import selection_acceptance, two_step
 
 __all__ = ["OptimalVerifier", "FLOW_TUPLES", "FLOW_ENTRIES", "flow_rule"]
 
@@ -285,12 +285,12 @@ class OptimalVerifier(Verifier):
         return out
 
     def _reference(self, p, q, drafts, accept, residual):
-        """I.i.d. drafts: the layout by a plain loop (:mod:`mdsd.verifiers.layout_reference`), then the
-        two-step rule with one uniform (accept below a, else a fresh uniform for the residual). The
-        without-replacement fallback beyond the flow size: first the i.i.d. stream whose distinct tokens
-        are the drafts (before each draw after the first, a repeat of the drafts so far with probability
-        their q mass, the repeated one drawn by q, else the next draft; uniforms: k − 1 repeat tests,
-        k − 1 picks, then the k depths)."""
+        """I.i.d. drafts: the layout by a plain loop (:mod:`mdsd.verifiers.optimal.layout_reference`), then
+        the two-step rule with one uniform (accept below a, else a fresh uniform for the residual). The
+        without-replacement fallback beyond the flow size: first the i.i.d. stream whose distinct tokens are
+        the drafts (before each draw after the first, a repeat of the drafts so far with probability their q
+        mass, the repeated one drawn by q, else the next draft; uniforms: k − 1 repeat tests, k − 1 picks,
+        then the k depths)."""
         k = self.k
         if self._fallback() and not self._small(p.size):
             draws, used = [drafts[0]], 1

@@ -7,8 +7,8 @@ select one token of S's highest level with probability proportional to its weigh
 .. math:: s(y \mid S) = \frac{w(y)}{\sum_{z \in S,\ \ell(z) = \ell(y)} w(z)}
           \quad (\ell(y) = \min_{z \in S} \ell(z)), \qquad F(y) = \sum_{S \ni y} Q(S)\, s(y \mid S).
 
-One level is the plain Luce rule; levels are its limits when weights differ by orders of magnitude.
-Two-step verification against F (:mod:`mdsd.verifiers.twostep`) is lossless for any levels and weights,
+One level is the plain Luce rule; levels are its limits when weights differ by orders of magnitude. Two-step
+verification against F (:mod:`mdsd.verifiers.optimal.twostep`) is lossless for any levels and weights,
 provided F is the law of the rule actually used; this module computes it.
 
 **The double integral.** Write 1/W = ∫_0^∞ e^{−tW} dt for the Luce share. For a token y, let T be the
@@ -682,11 +682,11 @@ def luce_hits(
 ) -> float:
     r"""Σ_z reject(z) E[1{z ∈ S} s(z | S) Σ_{y ∈ S ∖ z} residual(y)] for the Luce rule with levels.
 
-    With reject = (1 − p/F)+ and residual = norm((p − F)+), this is the probability that the two-step
-    verifier rejects its selection and the residual draw lands on another draft: the second term of its
-    acceptance (:mod:`mdsd.verifiers.twostep`). Same integral as :func:`luce_law` with every arrived token
-    marked by η residual(y) and the coefficient of ζη taken. ``reject`` and ``residual`` must not both be
-    positive on one token. Its error is at most the law's, relative.
+    With reject = (1 − p/F)+ and residual = norm((p − F)+), this is the probability that the two-step verifier
+    rejects its selection and the residual draw lands on another draft: the second term of its acceptance
+    (:mod:`mdsd.verifiers.optimal.twostep`). Same integral as :func:`luce_law` with every arrived token marked
+    by η residual(y) and the coefficient of ζη taken. ``reject`` and ``residual`` must not both be positive on
+    one token. Its error is at most the law's, relative.
 
     >>> q, level = np.array([0.5, 0.3, 0.2]), np.zeros(3, dtype=int)
     >>> hits = luce_hits(q, level, np.zeros(3), 2, np.array([1.0, 0, 0]), np.array([0, 1.0, 0]))

@@ -1,8 +1,8 @@
 r"""The priority layout in plain float64: the optimal verifier's slow reference and its exact output law.
 
-The optimal verifier for i.i.d. drafts (:mod:`mdsd.verifiers.layout`) gives each draft a depth drawn
-uniformly from its token's pieces of the unit interval and selects the draft of least depth; the
-two-step rule (:mod:`mdsd.verifiers.twostep`) then accepts it against p with the selection law F. Here:
+The optimal verifier for i.i.d. drafts (:mod:`mdsd.verifiers.optimal.layout`) gives each draft a depth drawn
+uniformly from its token's pieces of the unit interval and selects the draft of least depth; the two-step rule
+(:mod:`mdsd.verifiers.optimal.twostep`) then accepts it against p with the selection law F. Here:
 
 * :func:`reference_select` — the selected draft for given uniforms, by a plain loop over the tokens
   (each draft's window top from the crossings of its curve with the earlier prefixes', then its depth):
@@ -81,7 +81,8 @@ def reference_select(
 
 def stack_pieces(lay, pair) -> dict[int, list[tuple[float, float]]]:
     """Each token's pieces in depth, {token: [(a, b), ...]}, from row 0 of an
-    :class:`~mdsd.verifiers.layout.IIDLayout` and its :class:`~mdsd.verifiers.layout.PairLayout`."""
+    :class:`~mdsd.verifiers.optimal.layout.IIDLayout` and its
+    :class:`~mdsd.verifiers.optimal.layout.PairLayout`."""
     out = {}
     for i in range(lay.q_sorted.shape[-1]):
         qi = float(lay.q_sorted[0, i])

@@ -2,8 +2,8 @@ r"""The priority layout: an exact selection rule for i.i.d. drafts that reaches 
 
 **The rule.** Each of the k drafts draws a random *depth* o ∈ [0, 1] from a distribution that depends only
 on its token; the draft of least depth is selected, and the two-step verifier (docs/mathematics.md §6,
-:mod:`mdsd.verifiers.twostep`) accepts it against p. The depth distributions come from one *layout*: the
-unit interval is cut into pieces, token y owns pieces of total length q(y), and a draft of y draws its
+:mod:`mdsd.verifiers.optimal.twostep`) accepts it against p. The depth distributions come from one *layout*:
+the unit interval is cut into pieces, token y owns pieces of total length q(y), and a draft of y draws its
 depth uniformly from y's pieces. A random draft then has a uniform depth (the pieces tile [0, 1]), so the
 least of k i.i.d. depths has density k (1 − o)^{k−1}, and
 

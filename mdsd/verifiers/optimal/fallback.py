@@ -2,7 +2,7 @@ r"""Exact acceptance of the optimal verifier's fallback for drafts without repla
 
 **The fallback** (:class:`mdsd.verifiers.optimal.OptimalVerifier` beyond its flow size) turns the k drafts
 without replacement into the first k draws of an i.i.d. stream whose distinct tokens, in order, are the
-drafts, and runs the optimal i.i.d. rule (the priority layout, :mod:`mdsd.verifiers.layout`) on those
+drafts, and runs the optimal i.i.d. rule (the priority layout, :mod:`mdsd.verifiers.optimal.layout`) on those
 draws: select the draw of least depth, accept it w.p. min(1, p/F), else emit y ~ r = norm((p − F)+).
 
 **Its acceptance.** The i.i.d. rule accepts Σ min(F, p) = α*_iid(k). A rejection needs a selected z with
@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from mdsd.validation import check_k
-from mdsd.verifiers.layout import iid_layout, pair_layout
+from mdsd.verifiers.optimal.layout import iid_layout, pair_layout
 
 __all__ = ["fallback_acceptance", "EXPLICIT"]
 

@@ -11,7 +11,7 @@ import torch
 from verifier_cases import adversarial_pair
 
 import mdsd
-import mdsd.verifiers.layout as layout
+import mdsd.verifiers.optimal.layout as layout
 from mdsd.verifiers import draw_uniforms
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.reference import reference_verify

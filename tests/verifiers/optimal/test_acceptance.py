@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_verifier_statistics import ALPHA, g_test
 from verifier_cases import adversarial_pair, feasible
 from verifier_enumeration import output_law
+from verifier_gtest import ALPHA, g_test
 
 import mdsd
-from mdsd.verifiers.fallback import fallback_acceptance
 from mdsd.verifiers.optimal import OptimalVerifier
+from mdsd.verifiers.optimal.fallback import fallback_acceptance
 
 pytestmark = pytest.mark.slow  # full vocabulary, the fallback's exact acceptance (-m "not slow" skips)
 
@@ -211,8 +211,8 @@ class FirstDraftOptimal(OptimalVerifier):
     """Deliberately wrong: selects the first draft (law q) but accepts against the optimal F."""
 
     def _verify_iid(self, p, q, drafts, u_depth, u_emit):
-        from mdsd.verifiers.layout import iid_layout
-        from mdsd.verifiers.twostep import two_step
+        from mdsd.verifiers.optimal.layout import iid_layout
+        from mdsd.verifiers.optimal.twostep import two_step
 
         law = iid_layout(p.reshape(-1, p.shape[-1]), q.reshape(-1, q.shape[-1]), self.k).target
         return two_step(p, law.reshape(p.shape), drafts[..., 0], u_emit)

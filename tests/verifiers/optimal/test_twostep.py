@@ -8,7 +8,7 @@ import torch
 from verifier_cases import adversarial_pair
 
 import mdsd
-from mdsd.verifiers.twostep import selection_acceptance, two_step
+from mdsd.verifiers.optimal.twostep import selection_acceptance, two_step
 
 
 def _random_rule(rng, joint, n):

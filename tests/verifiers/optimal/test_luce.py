@@ -9,16 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_verifier_statistics import ALPHA, g_test
 from verifier_cases import adversarial_pair
+from verifier_gtest import ALPHA, g_test
 
 import mdsd
-import mdsd.verifiers.luce_rule as luce_rule_module
-from mdsd.verifiers.luce import default_step, luce_hits, luce_law, quadrature_error
-from mdsd.verifiers.luce_rule import levels_of, luce_rule, luce_select
+import mdsd.verifiers.optimal.luce_rule as luce_rule_module
 from mdsd.verifiers.optimal import OptimalVerifier
+from mdsd.verifiers.optimal.luce import default_step, luce_hits, luce_law, quadrature_error
+from mdsd.verifiers.optimal.luce_rule import levels_of, luce_rule, luce_select
+from mdsd.verifiers.optimal.twostep import two_step
 from mdsd.verifiers.reference import draw_index
-from mdsd.verifiers.twostep import two_step
 
 
 def shares(x, level, w):

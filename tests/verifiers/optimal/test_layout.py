@@ -13,8 +13,8 @@ from verifier_cases import adversarial_pair
 from verifier_enumeration import _layout
 
 import mdsd
-from mdsd.verifiers.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
-from mdsd.verifiers.layout_reference import least_depth_odds, stack_pieces
+from mdsd.verifiers.optimal.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
+from mdsd.verifiers.optimal.layout_reference import least_depth_odds, stack_pieces
 
 
 def _pairs(count, seed, sizes=(1, 2, 3, 4, 5, 6)):
