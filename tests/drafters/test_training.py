@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny_lms import tiny_lm
@@ -187,3 +188,25 @@ def test_two_processes_under_torchrun(setup, tmp_path):
     log = json.loads((tmp_path / TRAINING).read_text())
     assert log["processes"] == 2 and log["curve"][-1]["tokens"] == 30 * SMALL["batch_tokens"] * 2
     FeatureHead.load(tmp_path, mdsd.hf.load_model(target_dir))
+
+
+def test_held_out_acceptance_is_exact_and_one_for_the_target_itself(setup, tmp_path):
+    from mdsd.drafters.evaluate import ACCEPTANCES, paired_difference, position_acceptance
+
+    target_dir, features = setup
+    data = HeadData(features, SMALL["held_out"], 0)
+    target = mdsd.hf.load_model(target_dir)
+    own = position_acceptance(data, target, answers_only=False)
+    for name in ACCEPTANCES:  # the target drafting for itself: every lumped pair is p = q
+        assert np.allclose(own[name], 1.0, atol=1e-6), name
+    assert own["acceptance"].size == data.tokens("held_out")
+    train(TrainConfig(**SMALL), features, target_dir, tmp_path, progress=False)
+    head = FeatureHead.load(tmp_path, target)
+    mine = position_acceptance(data, head)
+    assert (mine["acceptance"] <= mine["alpha_2"] + 1e-12).all() and (
+        mine["alpha_2"] <= mine["alpha_4"] + 1e-12
+    ).all()
+    mean, (low, high) = paired_difference(
+        own["alpha_4"][: mine["alpha_4"].size], mine["alpha_4"], mine["sequence"]
+    )
+    assert low <= mean <= high and mean > 0
