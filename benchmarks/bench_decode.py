@@ -35,7 +35,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.sources import PromptLookup
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.spec import compile_option, parse_tree

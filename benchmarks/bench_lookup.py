@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.sources import PromptLookup
 
 

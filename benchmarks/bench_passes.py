@@ -26,7 +26,7 @@ from bench_decode import Config as DecodeConfig
 from torch.overrides import TorchFunctionMode
 
 import mdsd.tree.compiled as compiled
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 
 INDEXED = {"gather", "take_along_dim", "searchsorted", "index_select", "__getitem__"}  # cost: the output
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mdsd.data.wheels import cache_dir, download_wheels
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.sources import Datastore, Dictionary, PromptLookup, encode_text
 
 

@@ -19,7 +19,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mdsd import VERIFIERS, Tree, TreeDecoder, measure_profile
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.verifiers import supports
 
 

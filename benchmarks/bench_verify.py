@@ -33,7 +33,7 @@ from timing import logit_pair, median_seconds
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, write_results
+from mdsd.harness.experiment import config_from_cli, write_results
 from mdsd.verifiers import draw_uniforms
 from mdsd.verifiers.reference import reference_verify
 

@@ -3,18 +3,18 @@
 Target Qwen2.5-Coder-1.5B-Instruct, draft -0.5B (``mdsd models fetch qwen2.5-coder``, or any local pair via
 --target/--draft). Every method decodes the same prompts (the first --prompts-per-set of each --datasets set,
 chat-templated) with the same seeds (prompt i: seed + i) and token budget, measured the same way by
-:func:`mdsd.hf.compare`: target and draft forwards counted by one forward hook for every method, tokens per
-target forward as a ratio of sums with a 95% interval over prompts, tokens per step, tokens/s. Beside each
+:func:`mdsd.harness.compare`: target and draft forwards counted by one forward hook for every method, tokens
+per target forward as a ratio of sums with a 95% interval over prompts, tokens per step, tokens/s. Beside each
 fixed tree, the tokens per step Sequoia's model predicts from the verifier's acceptance vector measured
 exactly on the bundled real corpus (a_j = α(j) − α(j−1), mean over positions of mdsd.data.real_pairs).
 
 A method is ``hf-autoregressive``, ``hf-assisted`` (HF's defaults), ``hf-assisted-heuristic`` (HF's
-grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]`` (spelled in :mod:`mdsd.hf.methods`: mdsd
-decode's trees or ``sequoia:N``, any verifier TreeDecoder takes, the ``grow`` or ``rate`` depth policy,
+grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]`` (spelled in :mod:`mdsd.harness.methods`:
+mdsd decode's trees or ``sequoia:N``, any verifier TreeDecoder takes, the ``grow`` or ``rate`` depth policy,
 training-free sources ``lookup``, ``datastore``, ``dictionary``).
 
-Each (temperature, method) is one task of :func:`mdsd.sweep.run_tasks`: in this process by default, or on
-Ray with --ray (this machine) or --ray ADDRESS (a cluster; every node needs the models cached). Timings
+Each (temperature, method) is one task of :func:`mdsd.harness.sweep.run_tasks`: in this process by default,
+or on Ray with --ray (this machine) or --ray ADDRESS (a cluster; every node needs the models cached). Timings
 compare methods only when they ran alone on the same machine (the default, not --ray with parallel tasks).
 
     python experiments/batch_efficiency.py --quick                   # tiny random models, a smoke run
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mdsd.experiment import config_from_cli
-from mdsd.hf.comparison import interval, intervals_overlap
-from mdsd.hf.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
+from mdsd.harness.comparison import interval, intervals_overlap
+from mdsd.harness.experiment import config_from_cli, run_script
+from mdsd.harness.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
 
 DEFAULT_METHODS = (
     "hf-autoregressive",
@@ -156,4 +156,4 @@ def compared(a: dict, b: dict, key: str, ci: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

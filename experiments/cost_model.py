@@ -49,7 +49,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
 from mdsd.hf.tiny import tiny_pair
 from mdsd.tree.spec import compile_option, parse_tree
 
@@ -88,7 +88,7 @@ class Config:
     )
     seed: int = field(default=0, metadata={"help": "seed of profiles, prompts and decoding"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models and prompts"})
-    output_dir: str = mdsd.experiment.output_dir_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
 
 
 QUICK = dict(
@@ -401,4 +401,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -1,6 +1,6 @@
 """Where drafts come from: the draft model against training-free sources, and mixed trees, on a real pair.
 
-Per prompt set (HumanEval: code; MT-Bench: chat), the methods of mdsd.hf.methods measured as in
+Per prompt set (HumanEval: code; MT-Bench: chat), the methods of mdsd.harness.methods measured as in
 experiments/batch_efficiency.py (same prompts, seeds, budget, forward hooks; tokens per target forward with a
 95% interval over prompts, tokens/s) for every source of draft tokens:
 
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mdsd.data import cache_dir
-from mdsd.experiment import config_from_cli
-from mdsd.hf.comparison import intervals_overlap
-from mdsd.hf.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
+from mdsd.harness.comparison import intervals_overlap
+from mdsd.harness.experiment import config_from_cli, run_script
+from mdsd.harness.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
 
 METHODS = (
     "chain:4/single",
@@ -71,7 +71,9 @@ class Config(MethodsConfig):
     """Tokens per target forward by source of drafts, per prompt set."""
 
     datasets: tuple[str, ...] = field(default=("humaneval", "mt-bench"), metadata={"help": "prompt sets"})
-    methods: tuple[str, ...] = field(default=METHODS, metadata={"help": "methods (mdsd.hf.methods' specs)"})
+    methods: tuple[str, ...] = field(
+        default=METHODS, metadata={"help": "methods (mdsd.harness.methods' specs)"}
+    )
     retrieve: tuple[int, ...] = field(default=(2, 8), metadata={"help": "retrieved chains: WIDTH DEPTH"})
     datastore: str = field(default="", metadata={"help": "datastore directory ('' = the cached stdlib one)"})
 
@@ -185,4 +187,4 @@ def summary(rows: list[dict], config: Config) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

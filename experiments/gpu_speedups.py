@@ -57,8 +57,8 @@ import numpy as np
 
 import mdsd
 from mdsd.costs import Overhead, step_forwards
-from mdsd.experiment import config_from_cli, output_dir, write_results
-from mdsd.hf.methods import acceptance_vector
+from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
+from mdsd.harness.methods import acceptance_vector
 from mdsd.tree.compiled import CapturedRunner
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
 from mdsd.tree.spec import parse_method, parse_tree
@@ -96,7 +96,7 @@ class Config:
     )
     batches: tuple[int, ...] = field(default=(1, 2, 4, 8, 16, 32, 64), metadata={"help": "batch sizes B"})
     context: int = field(default=160, metadata={"help": "cache length of the prediction"})
-    output_dir: str = mdsd.experiment.output_dir_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
     seed: int = field(default=0, metadata={"help": "unused (no randomness); recorded"})
 
 
@@ -350,4 +350,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

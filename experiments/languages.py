@@ -8,11 +8,11 @@ pinned by sha256):
 1. **Exact acceptance at T**: a continuation of each prompt is sampled from the target and both models'
    next-token distributions recorded at every position (mdsd.hf.record; the union of both top-m tokens kept,
    the rest lumped into one token, as for the bundled corpus); over those positions, every draft law's
-   optimum α* and every verifier's exact acceptance for k = 1..4 (mdsd.report).
+   optimum α* and every verifier's exact acceptance for k = 1..4 (mdsd.harness.report).
 2. **Tokens per target forward**: the draft model (chain:4, single-draft verification) against the
    training-free "specialised drafter" of that language, a datastore built from the language's held-out
    UDHR articles (mdsd.data.load_heldout: no prompt text in it), alone and mixed with the model; same
-   prompts, seeds and budget, measured by mdsd.hf.compare.
+   prompts, seeds and budget, measured by mdsd.harness.compare.
 
     python experiments/languages.py --quick                          # tiny random models and token prompts
     # results/languages (2-core CPU, about 30 minutes):
@@ -37,10 +37,10 @@ import torch
 
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, concat_records, save_corpus, truncate_logits
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
+from mdsd.harness.experiment import config_from_cli, output_dir, partial_results, run_script, write_results
+from mdsd.harness.report import Block, ReportConfig, report
+from mdsd.harness.sweep import per_process, run_tasks
 from mdsd.hf.tiny import tiny_pair
-from mdsd.report import Block, ReportConfig, report
-from mdsd.sweep import per_process, run_tasks
 
 LANGUAGES = ("udhr-eng", "udhr-fra", "udhr-deu", "udhr-spa", "udhr-rus", "udhr-cmn")
 
@@ -66,9 +66,9 @@ class Config:
     threads: int = field(default=2, metadata={"help": "torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "seed of the recorded continuations and the decodes"})
     quick: bool = field(default=False, metadata={"help": "smoke test: tiny random models, token prompts"})
-    output_dir: str = mdsd.experiment.output_dir_field()
-    ray: str = mdsd.experiment.ray_field()
-    resume: bool = mdsd.experiment.resume_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
+    ray: str = mdsd.harness.experiment.ray_field()
+    resume: bool = mdsd.harness.experiment.resume_field()
 
 
 def _language(name: str, config: Config, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
@@ -90,7 +90,7 @@ def _language(name: str, config: Config, tokenizer) -> tuple[list[list[int]], li
 
 def run_language(task: dict, models, config: Config) -> list[dict]:
     """A sweep task: one language's acceptance table and decode comparison."""
-    from mdsd.hf import TreeMethod, compare
+    from mdsd.harness.comparison import TreeMethod, compare
     from mdsd.hf.record import record_prompt
     from mdsd.sources import Datastore
 
@@ -294,4 +294,4 @@ def summary(rows: list[dict], config: Config) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

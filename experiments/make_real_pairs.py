@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from mdsd.data.corpus import TEMPERATURES, concat_records, save_corpus, truncate_logits
 from mdsd.data.prompts import PROMPT_SETS, prompts
-from mdsd.experiment import config_from_cli, metadata
+from mdsd.harness.experiment import config_from_cli, metadata, run_script
 from mdsd.hf.fetch import PAIRS
 from mdsd.hf.load import load_pair, pair_paths
 from mdsd.hf.record import record_prompt
@@ -97,4 +97,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

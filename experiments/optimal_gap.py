@@ -17,7 +17,7 @@ panel per source and k) and optimal_gap_vs_k.png (the gap of each verifier to th
     python experiments/optimal_gap.py --quick
 
 The work is one task per (source, n, k), each drawing its pairs from the seed of its (source, n), run
-by :func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
+by :func:`mdsd.harness.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
 machine) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start --address HEAD:6379`
 on the others, then --ray auto on the head); pip install -e ".[ray]" first. Finished tasks are kept in
 results/optimal_gap/optimal_gap.<hash>.tasks.jsonl until the run completes; after an interruption or a
@@ -26,7 +26,6 @@ failed task, --resume continues from them. Either way the files are the same.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -38,8 +37,8 @@ import numpy as np
 import torch
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
-from mdsd.sweep import run_tasks
+from mdsd.harness.experiment import config_from_cli, output_dir, partial_results, run_script, write_results
+from mdsd.harness.sweep import run_tasks
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,9 @@ class Config:
     )
     seed: int = field(default=0, metadata={"help": "seed of the pairs"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (10, 50), k in (2, 3), 2 pairs"})
-    output_dir: str = mdsd.experiment.output_dir_field()
-    ray: str = mdsd.experiment.ray_field()
-    resume: bool = mdsd.experiment.resume_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
+    ray: str = mdsd.harness.experiment.ray_field()
+    resume: bool = mdsd.harness.experiment.resume_field()
 
 
 def skip_reason(name: str, k: int, q: np.ndarray, limit: int) -> str | None:
@@ -243,4 +242,4 @@ def plot(rows: list[dict], config: Config, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_script(main)

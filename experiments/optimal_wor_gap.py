@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
 from mdsd.verifiers.optimal import OptimalVerifier
 
 
@@ -61,7 +61,7 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--source record: continuation T"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     quick: bool = field(default=False, metadata={"help": "smoke test: T = 1.0, k = 2, 2 pairs, 2,000 steps"})
-    output_dir: str = mdsd.experiment.output_dir_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
 
 
 def _pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -218,4 +218,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

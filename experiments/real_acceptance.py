@@ -23,7 +23,7 @@ The second (2 prompts per set, 16 new tokens: 82 positions per T, k = 1..8) took
 (with two worker processes, before the sweep runner).
 
 The pairs are recorded (or read) here; the work on them is one task per (T, k, law or verifier), run by
-:func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
+:func:`mdsd.harness.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray instance on this
 machine's cores) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start --address
 HEAD:6379` on the others, then --ray auto on the head); pip install -e ".[ray]" first. The pairs go to
 Ray's object store once. Finished tasks are kept in <output dir>/real_acceptance.<hash>.tasks.jsonl until
@@ -45,8 +45,8 @@ import numpy as np
 
 import mdsd
 import mdsd.data
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
-from mdsd.sweep import run_tasks
+from mdsd.harness.experiment import config_from_cli, output_dir, partial_results, run_script, write_results
+from mdsd.harness.sweep import run_tasks
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,9 @@ class Config:
     sample_temperature: float = field(default=0.6, metadata={"help": "--record: continuation temperature"})
     threads: int = field(default=2, metadata={"help": "--record: torch CPU threads"})
     seed: int = field(default=0, metadata={"help": "--record: continuation seed"})
-    output_dir: str = mdsd.experiment.output_dir_field()
-    ray: str = mdsd.experiment.ray_field()
-    resume: bool = mdsd.experiment.resume_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
+    ray: str = mdsd.harness.experiment.ray_field()
+    resume: bool = mdsd.harness.experiment.resume_field()
 
 
 def _record_pairs(config: Config) -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -302,4 +302,4 @@ def _summary(rows: list[dict], config: Config, source: str, skipped: dict) -> st
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -27,7 +27,7 @@ Writes results/theorems/: theorems.json/.csv (one row per claim and source), the
     python experiments/theorems.py --quick    # a handful of pairs, for a smoke test
 
 The work is one task per (part, source, n), each drawing its pairs from its own seed (derived from
---seed), run by :func:`mdsd.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray
+--seed), run by :func:`mdsd.harness.sweep.run_tasks`: in this process by default, on Ray with --ray (a Ray
 instance on this machine) or --ray ADDRESS (a cluster: `ray start --head` on one node, `ray start
 --address HEAD:6379` on the others, then --ray auto on the head); pip install -e ".[ray]" first.
 Finished tasks are kept in results/theorems/theorems.<hash>.tasks.jsonl until the run completes; after
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,8 +49,8 @@ import numpy as np
 import torch
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, partial_results, write_results
-from mdsd.sweep import run_tasks
+from mdsd.harness.experiment import config_from_cli, output_dir, partial_results, run_script, write_results
+from mdsd.harness.sweep import run_tasks
 
 TOL = 1e-8  # two exact computations "agree" when they differ by at most this
 
@@ -74,9 +73,9 @@ class Config:
     quick: bool = field(
         default=False, metadata={"help": "smoke test: 1 pair per n, one toy and one Dirichlet source"}
     )
-    output_dir: str = mdsd.experiment.output_dir_field()
-    ray: str = mdsd.experiment.ray_field()
-    resume: bool = mdsd.experiment.resume_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
+    ray: str = mdsd.harness.experiment.ray_field()
+    resume: bool = mdsd.harness.experiment.resume_field()
 
 
 def sources(config: Config) -> list[tuple[str, list]]:
@@ -469,4 +468,4 @@ def plot_wins(records: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_script(main)

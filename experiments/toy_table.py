@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class Config:
         metadata={"help": "vocabularies of the n sweep at T = 0.25, s = 0.7"},
     )
     quick: bool = field(default=False, metadata={"help": "smoke test: 4 pairs per setting, small sweep"})
-    output_dir: str = mdsd.experiment.output_dir_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
 
 
 K = 2
@@ -289,4 +288,4 @@ def plot(rows: list[dict], settings: list[tuple[float, float]], path: Path) -> N
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_script(main)

@@ -45,7 +45,6 @@ import gzip
 import itertools
 import math
 import multiprocessing
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,7 +58,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
-from mdsd.experiment import config_from_cli, output_dir, write_results
+from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
 from mdsd.sequence import (
     SequenceModel,
     decode_law,
@@ -110,7 +109,7 @@ class Config:
     max_prompt_tokens: int = field(default=128, metadata={"help": "--real: templated prompt length cap"})
     threads: int = field(default=2, metadata={"help": "--real: torch CPU threads"})
     quick: bool = field(default=False, metadata={"help": "smoke test: n in (2, 3), 2 cases per setting"})
-    output_dir: str = mdsd.experiment.output_dir_field()
+    output_dir: str = mdsd.harness.experiment.output_dir_field()
 
 
 def settings(config: Config) -> list[tuple[int, str, str]]:
@@ -648,4 +647,4 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_script(main)

@@ -4,7 +4,7 @@ Notation throughout: p is the target distribution, q the draft distribution (Lev
 k the number of drafts per step, n the vocabulary size. See the README for a tour.
 """
 
-from mdsd import costs, data, drafters, hf, sources
+from mdsd import costs, data, drafters, harness, hf, sources
 from mdsd.costs import CostProfile, depth_seconds, measure_profile, predict, step_seconds
 from mdsd.laws import IID, DraftLaw, Greedy, Hub, Joint, TopK, WithoutReplacement, law_from_name, law_names
 from mdsd.otm import (
@@ -90,6 +90,9 @@ __all__ = [
     "drafters",
     # real models: fetch, load, the tiny random pair, HF baselines (mdsd.hf; transformers imported lazily)
     "hf",
+    # the experiment harness: configs, run folders, strict-JSON results, sweeps, the report, the comparison of
+    # methods measured alike (mdsd.harness.compare, mdsd.harness.TreeMethod)
+    "harness",
 ]
 
 

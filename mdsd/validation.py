@@ -167,6 +167,25 @@ def check_device(device: object, name: str = "device") -> torch.device:
     return resolved
 
 
+def float_dtype(dtype: object, name: str = "dtype") -> torch.dtype:
+    """``dtype`` (a torch floating dtype or its name) as a :class:`torch.dtype`, or a ``ValueError`` naming
+    ``name``: checked before anything is downloaded, converted or loaded in it.
+
+    >>> float_dtype("bfloat16")
+    torch.bfloat16
+    >>> float_dtype("int7", "--dtype")
+    Traceback (most recent call last):
+    ...
+    ValueError: --dtype must name a torch floating dtype (float32, bfloat16, float16, ...), got 'int7'
+    """
+    resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+        raise ValueError(
+            f"{name} must name a torch floating dtype (float32, bfloat16, float16, ...), got {dtype!r}"
+        )
+    return resolved
+
+
 def cpu_dtype(dtype: str, name: str = "--dtype") -> str:
     """``dtype`` as a torch floating dtype's name; ``"auto"`` is bfloat16 on a CPU that computes in it
     (the avx512_bf16 or amx_bf16 flags: there a bf16 matmul runs several times faster than float32) and

@@ -111,7 +111,7 @@ def test_theorems_enumerated_laws_are_p_and_the_check_catches_a_lossy_variant():
 def test_a_flag_with_a_const_may_be_given_alone_and_run_fields_are_recorded_apart():
     from dataclasses import dataclass, field
 
-    from mdsd.experiment import config_from_cli, metadata
+    from mdsd.harness.experiment import config_from_cli, metadata
 
     @dataclass(frozen=True)
     class Config:
@@ -128,7 +128,7 @@ def test_a_flag_with_a_const_may_be_given_alone_and_run_fields_are_recorded_apar
 def test_partial_results_is_kept_on_failure_refused_without_resume_and_deleted_on_success(tmp_path):
     from dataclasses import dataclass, field
 
-    from mdsd.experiment import partial_results
+    from mdsd.harness.experiment import partial_results
 
     @dataclass(frozen=True)
     class Config:
@@ -155,7 +155,7 @@ def test_two_runs_in_one_second_get_two_folders_regression(tmp_path, monkeypatch
     were lost. Each run now creates its own folder, atomically."""
     import datetime
 
-    import mdsd.experiment as experiment
+    import mdsd.harness.experiment as experiment
 
     class Frozen(datetime.datetime):
         @classmethod
@@ -273,7 +273,7 @@ def test_languages_quick(tmp_path):
     for r in acceptance:  # no verifier beats the optimum of its own law
         if r["kind"] == "verifier" and not r["skipped"]:
             assert r["mean"] <= r["optimum"] + 1e-9
-    # the table's numbers are mdsd.report's on the saved corpus
+    # the table's numbers are mdsd.harness.report's on the saved corpus
     pairs = mdsd.data.real_pairs(0.6, tmp_path / "corpus_udhr-eng.npz")
     row = next(r for r in acceptance if (r["language"], r["name"], r["k"]) == ("udhr-eng", "rrs", 2))
     values = [mdsd.verifier("rrs", 2).acceptance(p, q) for p, q in zip(pairs.p, pairs.q, strict=True)]

@@ -56,3 +56,26 @@ def test_runs_top_to_bottom(path, kernel_name, tmp_path):
         o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert errors == []
+
+
+def test_the_headless_command_of_the_notebooks_readme_runs(kernel_name, tmp_path):
+    """notebooks/README.md's command runs a notebook headless (nbconvert, from the [dev] extra), writing the
+    executed copy, with its outputs, into --output-dir and leaving the committed notebook as it was."""
+    import re
+    import shlex
+    import subprocess
+
+    root = NOTEBOOKS[0].parents[1]
+    assert re.search(r'^    "nbconvert>=[\d.]+",', (root / "pyproject.toml").read_text(), re.M)
+    readme = (root / "notebooks" / "README.md").read_text()
+    (line,) = [s.strip() for s in readme.splitlines() if s.startswith("    .venv/bin/jupyter nbconvert")]
+    argv = shlex.split(line)
+    notebook = Path(argv[argv.index("--execute") + 1])
+    argv[argv.index("--output-dir") + 1] = str(tmp_path)
+    before = (root / notebook).read_bytes()
+    command = [sys.executable, "-m", "jupyter", *argv[1:], f"--ExecutePreprocessor.kernel_name={kernel_name}"]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(tmp_path / notebook.name, as_version=4)
+    assert any(c.outputs for c in executed.cells if c.cell_type == "code")
+    assert (root / notebook).read_bytes() == before

@@ -20,8 +20,8 @@ import json
 import numpy as np
 
 from mdsd.cli.optimal import add_pair_arguments, read_pair
-from mdsd.experiment import strict_json
 from mdsd.otm import optimal_acceptance
+from mdsd.outputs import strict_json
 from mdsd.validation import as_pair, check_k
 from mdsd.verifiers import estimate_acceptance, supports, verifier, verifier_class, verifier_names
 

@@ -24,7 +24,7 @@ tokens per step, and a summary: tokens per target forward, tokens per second and
 
 ``--compare`` also runs Hugging Face's autoregressive sampling and assisted generation (HF's default draft
 settings) on the same prompts, seeds (prompt i: seed + i) and budget, counts every method's target and draft
-forwards with the same hook, and prints a table (:func:`mdsd.hf.comparison.compare`).
+forwards with the same hook, and prints a table (:func:`mdsd.harness.comparison.compare`).
 """
 
 from __future__ import annotations
@@ -116,23 +116,33 @@ def add_parser(subparsers) -> None:
 def _prompts(args: argparse.Namespace) -> list[str]:
     source = args.prompts_file or args.batch_file
     if source is None:
+        for i, prompt in enumerate(args.prompt):
+            if not prompt:
+                which = "--prompt" if len(args.prompt) == 1 else f"--prompt number {i + 1}"
+                raise ValueError(f"{which} is empty: give the text the models continue")
         return args.prompt
+    flag = "--prompts-file" if args.prompts_file else "--batch-file"
+    if not Path(source).is_file():
+        raise FileNotFoundError(f"{flag} {source}: no such file")
     prompts = [line for line in Path(source).read_text().splitlines() if line.strip()]
     if not prompts:
-        raise ValueError(f"{source} holds no prompt")
+        raise ValueError(f"{flag} {source} holds no prompt")
     return prompts
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from mdsd import TreeDecoder
-    from mdsd.hf import load_model, load_pair, load_tokenizer, pair_paths, require_hf
-    from mdsd.hf.load import is_head
+    from mdsd.cli.models import pair_name
+    from mdsd.drafters.pair import is_head, load_target_and_drafter
+    from mdsd.hf.deps import require_hf
+    from mdsd.hf.load import load_model, load_tokenizer, pair_paths
     from mdsd.sources import make_source
+    from mdsd.token_tree import Tree
     from mdsd.tree.adaptive import make_policy, policy_names
+    from mdsd.tree.config import path_rule_obstacle
     from mdsd.tree.spec import compile_option, parse_tree
-    from mdsd.validation import check_device
+    from mdsd.validation import check_device, float_dtype
     from mdsd.verifiers.registry import check_name
 
     try:  # before any model is loaded
@@ -154,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         source = make_source(args.source, args.datastore) if args.source else None
     except ValueError as err:
         raise ValueError(f"--source: {err}") from None
+    except OSError as err:  # a --datastore folder that holds no datastore
+        raise FileNotFoundError(f"--datastore: {err}") from None
     depth = None
     if args.adaptive != "none":
         if args.adaptive.partition(":")[0] not in policy_names():
@@ -180,23 +192,26 @@ def run(args: argparse.Namespace) -> int:
     if args.pair:
         if args.target or args.draft:
             raise ValueError("give either --pair or --target and --draft, not both")
-        target_path, draft_path = pair_paths(args.pair)
+        target_path, draft_path = pair_paths(pair_name(args.pair, "--pair"))
     elif args.target and (args.draft or not needs_draft):
         target_path, draft_path = args.target, args.draft
     else:
         raise ValueError("give --target and --draft (local model directories), or --pair")
     device = check_device(args.device, "--device")
-    dtype = getattr(torch, args.dtype, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(
-            f"--dtype must name a torch floating dtype (float32, bfloat16, ...), got {args.dtype!r}"
-        )
+    dtype = float_dtype(args.dtype, "--dtype")
     prompts = _prompts(args)
     _check_memory(args, prompts, target_path, draft_path, dtype, device)
     tree = None if alone else parse_tree(args.tree)
+    if tree is not None:  # the verifier's constraints on the tree, checked before any model loads
+        chain = bool((tree.branching <= 1).all()) if isinstance(tree, Tree) else None
+        obstacle = path_rule_obstacle(
+            args.verifier, isinstance(tree, Tree), chain, source is not None, depth is not None
+        )
+        if obstacle is not None:
+            raise ValueError(f"--verifier {args.verifier} with --tree {args.tree}: {obstacle}")
     require_hf("mdsd decode")
     if needs_draft:
-        target, draft, tokenizer = load_pair(target_path, draft_path, args.dtype, args.device)
+        target, draft, tokenizer = load_target_and_drafter(target_path, draft_path, args.dtype, args.device)
     else:
         target, draft = load_model(target_path, args.dtype, args.device), None
         tokenizer = load_tokenizer(target_path)
@@ -208,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         encoded.append(ids)
     comparison = None
     if args.compare:
-        from mdsd.hf.comparison import TreeMethod
+        from mdsd.harness.comparison import TreeMethod
 
         mdsd_method = TreeMethod(
             tree, args.verifier, depth, tree_label(args), source, tuple(args.retrieve), compile=path
@@ -216,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
         comparison = _compare(args, mdsd_method, encoded, target, draft)
         outs = [run.output for run in comparison.runs if run.method == mdsd_method.name]
     else:
+        from mdsd.tree.decoder import TreeDecoder
+
         decoder = TreeDecoder(
             target,
             draft,  # None with --tree none: only the target was loaded
@@ -255,8 +272,10 @@ def run(args: argparse.Namespace) -> int:
         phases = dict(outs[0].timings)
         steps = max(out.steps for out in outs)  # one target forward per step serves the whole batch
     where = ", ".join(f"{p} {t:.2f} s" for p, t in phases.items() if p != "total")
-    # without a model tree no verifier is used: a source's chains alone are verified by the deterministic rule
-    verifier = f"{args.verifier}, " if tree is not None else ""
+    # without a model tree no verifier is used: a source's chains alone are verified by the deterministic
+    # rule; with one, what verified (the single-draft rule where a node has one child and the verifier has
+    # no k = 1)
+    verifier = f"{outs[0].verified_by}, " if tree is not None else ""
     print(
         f"{len(prompts)} prompt(s), {verifier}{tree_label(args)}: {tokens} tokens from {steps} target "
         f"forwards = {tokens / steps:.3f} tokens per target forward; {tokens / seconds:.2f} tokens/s"
@@ -274,13 +293,13 @@ def run(args: argparse.Namespace) -> int:
 def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None:
     """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
     models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
-    from mdsd.hf.load import is_head
+    from mdsd.drafters.pair import is_head
     from mdsd.tree.memory import TreeShape, check_memory, decode_memory
     from mdsd.tree.spec import tree_shape
 
     files = [Path(p) / "config.json" for p in (target_path, draft_path) if p and not is_head(p)]
     if not all(f.is_file() for f in files):
-        return  # load_pair names the missing model directory
+        return  # loading names the missing model directory
     configs = [json.loads(f.read_text()) for f in files]
     batch = len(prompts) if args.batch_file else 1
     longest = max(len(p.encode()) for p in prompts) + 1
@@ -303,7 +322,7 @@ def _compare(args, mdsd_method, encoded, target, draft):
     """HF autoregressive sampling, HF assisted generation and ``mdsd_method`` on the same prompts."""
     from tqdm import tqdm
 
-    from mdsd.hf.comparison import compare
+    from mdsd.harness.comparison import compare
 
     methods = ["hf-autoregressive", "hf-assisted", mdsd_method]
     with tqdm(total=len(methods) * len(encoded), desc="compare", unit="decode", file=sys.stderr) as bar:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mdsd.experiment import add_config_arguments, config_from_args
+from mdsd.harness.experiment import add_config_arguments, config_from_args
 
 
 def add_parser(subparsers) -> None:
@@ -79,7 +79,7 @@ def model_path(spec: str, role: str = "target") -> Path:
         return Path(spec)
     if spec in PAIRS:
         return pair_paths(spec)[0 if role == "target" else 1]
-    raise ValueError(f"--{role} must be a model directory or one of {sorted(PAIRS)}, got {spec!r}")
+    raise ValueError(f"--{role} must be a model directory or one of {', '.join(PAIRS)}, got {spec!r}")
 
 
 def run(args: argparse.Namespace) -> int:

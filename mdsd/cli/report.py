@@ -1,6 +1,6 @@
 """``mdsd report``: optimal and exact acceptance of every draft law and verifier, for k = 1..4.
 
-With no flags it runs the embedded default (:class:`mdsd.report.ReportConfig`): toy pairs over a
+With no flags it runs the embedded default (:class:`mdsd.harness.report.ReportConfig`): toy pairs over a
 temperature grid, plus the bundled real pairs when available. It prints a table, writes
 ``results/report.json`` and ``results/report.csv`` (with the resolved config, seed, git revision and
 package versions) and three PNG plots.
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from mdsd.experiment import ensure_output_dir, write_results
-from mdsd.report import ReportConfig, count_units, real_blocks, report, summarise, toy_blocks
+from mdsd.harness.experiment import config_from_args, ensure_output_dir, write_results
+from mdsd.harness.report import ReportConfig, count_units, real_blocks, report, summarise, toy_blocks
 
 
 def add_parser(subparsers) -> None:
@@ -46,8 +46,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ReportConfig)}
-    config = ReportConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    config = config_from_args(ReportConfig, args)  # a field's check names its flag (--n, --laws, ...)
     ensure_output_dir(args.output_dir)  # before the work, not after it
     blocks = toy_blocks(config) + (real_blocks(config) if config.real else [])
     with tqdm(total=count_units(config, blocks), desc="mdsd report", unit="row") as bar:

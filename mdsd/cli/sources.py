@@ -33,19 +33,41 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _tokenizer(spec: str, cache):
-    from mdsd.hf import load_tokenizer, pair_paths
+def _tokenizer_dir(spec: str, cache) -> Path:
+    """The model directory ``--tokenizer`` names: a directory, or a fetched pair's target."""
     from mdsd.hf.fetch import PAIRS
+    from mdsd.hf.load import pair_paths
 
     if Path(spec).is_dir():
-        return load_tokenizer(spec)
+        return Path(spec)
     if spec in PAIRS:
-        return load_tokenizer(pair_paths(spec, cache)[0])
-    raise ValueError(f"tokenizer must be a directory or one of {sorted(PAIRS)}, got {spec!r}")
+        return pair_paths(spec, cache)[0]
+    raise ValueError(f"--tokenizer must be a model directory or one of {', '.join(PAIRS)}, got {spec!r}")
+
+
+def _check_build(args: argparse.Namespace) -> Path:
+    """Every ``build`` argument, before a corpus is read or a tokenizer loaded; the tokenizer's directory."""
+    from mdsd.data.prompts import PROMPT_SETS
+    from mdsd.outputs import ensure_output_dir
+
+    if args.sort_depth < 2:
+        raise ValueError(f"--sort-depth must be an integer >= 2, got {args.sort_depth}")
+    if args.heldout is not None:
+        with_text = [name for name, spec in PROMPT_SETS.items() if spec.language is not None]
+        if args.heldout not in with_text:
+            raise ValueError(
+                f"--heldout must be a prompt set with held-out text ({', '.join(with_text)}), "
+                f"got {args.heldout!r}"
+            )
+    ensure_output_dir(args.out, "--out")
+    for name in args.corpus or ():
+        if not Path(name).is_file():
+            raise FileNotFoundError(f"--corpus {name}: no such file")
+    return _tokenizer_dir(args.tokenizer, args.cache_dir)
 
 
 def run(args: argparse.Namespace) -> int:
-    from mdsd.experiment import ensure_output_dir
+    from mdsd.hf.load import load_tokenizer
     from mdsd.sources import Datastore
 
     if args.action == "info":
@@ -54,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{store!r}")
         print(json.dumps(meta, indent=2, sort_keys=True))
         return 0
-    ensure_output_dir(args.out, "--out")  # before tokenising the corpus, not after
+    tokenizer_dir = _check_build(args)  # before tokenising the corpus, not after
     if args.heldout is not None:
         from mdsd.data.prompts import load_heldout
 
@@ -62,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         texts = [Path(name).read_text(encoding="utf-8") for name in args.corpus]
         origin = {"corpus": [str(Path(name).resolve()) for name in args.corpus]}
-    tokenizer = _tokenizer(args.tokenizer, args.cache_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     start = time.perf_counter()
     info = {**origin, "tokenizer": args.tokenizer, "vocabulary": len(tokenizer)}
     store = Datastore.from_texts(texts, tokenizer, sort_depth=args.sort_depth, info=info)

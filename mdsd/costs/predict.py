@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mdsd.costs.profile import CostProfile
+from mdsd.token_tree import Tree
 from mdsd.tree.plan import DynamicTree, Plan, static_plan, truncated_plan
-from mdsd.tree.tree import Tree
 
 __all__ = ["Overhead", "Prediction", "step_forwards", "step_seconds", "predict", "depth_seconds"]
 

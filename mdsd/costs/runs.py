@@ -10,8 +10,8 @@ import torch
 
 from mdsd.costs.predict import Overhead, as_plan, check_profiles, step_seconds, vocabulary_rows
 from mdsd.costs.profile import CostProfile, check_grid
+from mdsd.token_tree import Tree
 from mdsd.tree.plan import DynamicTree, Plan, truncated_plan
-from mdsd.tree.tree import Tree
 
 __all__ = ["TimedDecode", "time_decode", "replay_seconds", "measure_overhead"]
 

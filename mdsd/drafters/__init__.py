@@ -9,9 +9,14 @@
   :class:`mdsd.TreeDecoder` on both paths;
 * :mod:`mdsd.drafters.losses`: KL, total variation and the multi-draft optimum α*_k as training losses;
 * :mod:`mdsd.drafters.train`: training a head (``mdsd drafters train``; torchrun for several processes).
+* :func:`load_target_and_drafter` (:mod:`mdsd.drafters.pair`): the target and the drafter a ``--draft``
+  folder holds, a draft model or a head.
+
+The drafters sit above the Hugging Face glue (:mod:`mdsd.hf`): their runs load the target through it.
 """
 
 from mdsd.drafters.head import FeatureHead, HeadConfig
+from mdsd.drafters.pair import is_head, load_target_and_drafter
 from mdsd.drafters.train import TrainConfig, train
 
-__all__ = ["FeatureHead", "HeadConfig", "TrainConfig", "train"]
+__all__ = ["FeatureHead", "HeadConfig", "TrainConfig", "train", "load_target_and_drafter", "is_head"]

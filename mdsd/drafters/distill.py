@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mdsd import experiment
+from mdsd.outputs import ensure_output_dir, git_revision, package_versions
 
 __all__ = [
     "DistillConfig",
@@ -215,8 +215,8 @@ def _manifest(config: DistillConfig, target_dir: Path, dtype: str) -> dict:
             for name in config.sets
         },
         "command": " ".join(sys.argv),
-        "git_revision": experiment.git_revision(),
-        "versions": experiment.package_versions(),
+        "git_revision": git_revision(),
+        "versions": package_versions(),
     }
 
 
@@ -236,7 +236,7 @@ def distill(
     from mdsd.hf import load_model, load_tokenizer
     from mdsd.tree import TreeDecoder
 
-    out = experiment.ensure_output_dir(out, "--out")
+    out = ensure_output_dir(out, "--out")
     target_dir = Path(target_dir)
     manifest = _manifest(config, target_dir, dtype)
     path = out / MANIFEST

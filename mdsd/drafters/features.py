@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mdsd import experiment
 from mdsd.drafters.distill import (
     MANIFEST,
     DistillConfig,
@@ -47,6 +46,7 @@ from mdsd.drafters.distill import (
     shard_count,
     training_texts,
 )
+from mdsd.outputs import ensure_output_dir, git_revision, package_versions
 
 __all__ = [
     "features_path",
@@ -126,7 +126,7 @@ def compute_features(
 
     from mdsd.hf import describe_model, load_model, load_tokenizer
 
-    distilled, out = Path(distilled), experiment.ensure_output_dir(out, "--out")
+    distilled, out = Path(distilled), ensure_output_dir(out, "--out")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k must be a positive int, got {top_k!r}")
     if not (distilled / MANIFEST).is_file():
@@ -147,8 +147,8 @@ def compute_features(
         "top_k": top_k,
         "dtype": dtype,
         "command": " ".join(sys.argv),
-        "git_revision": experiment.git_revision(),
-        "versions": experiment.package_versions(),
+        "git_revision": git_revision(),
+        "versions": package_versions(),
     }
     path = out / FEATURES
     if path.is_file():
@@ -193,7 +193,7 @@ def compute_corpus_features(
     from mdsd.data.training import TRAINING_SETS, load_training_items
     from mdsd.hf import describe_model, load_model, load_tokenizer
 
-    out, target_dir = experiment.ensure_output_dir(out, "--out"), Path(target_dir)
+    out, target_dir = ensure_output_dir(out, "--out"), Path(target_dir)
     for name in sets:
         if name not in TRAINING_SETS:
             raise ValueError(f"--corpus: {name!r} is not a training set; choose from {sorted(TRAINING_SETS)}")
@@ -215,8 +215,8 @@ def compute_corpus_features(
         "top_k": top_k,
         "dtype": dtype,
         "command": " ".join(sys.argv),
-        "git_revision": experiment.git_revision(),
-        "versions": experiment.package_versions(),
+        "git_revision": git_revision(),
+        "versions": package_versions(),
     }
     path = out / FEATURES
     if path.is_file():

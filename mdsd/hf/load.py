@@ -16,7 +16,7 @@ from mdsd.hf.deps import dtype_argument
 from mdsd.hf.fetch import PAIRS, model_dir
 from mdsd.validation import check_device
 
-__all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths", "is_head"]
+__all__ = ["load_model", "load_tokenizer", "load_pair", "pair_paths", "model_directory"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -28,9 +28,17 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     return resolved
 
 
-def _directory(path: str | os.PathLike, name: str) -> Path:
+def model_directory(path: str | os.PathLike, name: str) -> Path:
+    """``path`` as a folder holding a Hugging Face model (``config.json``), or ``FileNotFoundError`` naming
+    ``name`` (a feature head's folder is named as one: :func:`mdsd.drafters.load_target_and_drafter` loads
+    it)."""
     folder = Path(path).expanduser()
     if not (folder / "config.json").is_file():
+        if (folder / "head.json").is_file():
+            raise FileNotFoundError(
+                f"{name}: {folder} holds a feature head, not a model; load it with its target by "
+                "mdsd.drafters.load_target_and_drafter"
+            )
         raise FileNotFoundError(f"{name}: no Hugging Face model directory (config.json) at {folder}")
     return folder
 
@@ -40,7 +48,7 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype = "float32", de
     from transformers import AutoModelForCausalLM
 
     device = check_device(device)
-    folder = _directory(path, "path")
+    folder = model_directory(path, "path")
     kwargs = dtype_argument(_dtype(dtype))
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
     return model.to(device).eval()
@@ -50,7 +58,7 @@ def load_tokenizer(path: str | os.PathLike):
     """The tokenizer saved in a local model directory, offline."""
     from transformers import AutoTokenizer
 
-    folder = _directory(path, "path")
+    folder = model_directory(path, "path")
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         raise FileNotFoundError(
             f"{folder} holds a model but no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); "
@@ -66,11 +74,6 @@ def pair_paths(name: str, cache: str | os.PathLike | None = None) -> tuple[Path,
     return model_dir(name, "target", cache), model_dir(name, "draft", cache)
 
 
-def is_head(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a feature head (``head.json``, :class:`mdsd.drafters.FeatureHead`)."""
-    return (Path(path).expanduser() / "head.json").is_file()
-
-
 def load_pair(
     target_path: str | os.PathLike,
     draft_path: str | os.PathLike,
@@ -81,20 +84,13 @@ def load_pair(
 
     The tokenizers must map the same strings to the same ids and both models must output logits
     over the same number of ids; otherwise :class:`ValueError` names both sizes. The target's
-    tokenizer is returned. ``draft_path`` may hold a feature head (:func:`is_head`) instead of a model:
-    it is loaded for this target (:meth:`mdsd.drafters.FeatureHead.load` checks that it was made for it).
+    tokenizer is returned. Both are models: a feature head as the draft is loaded, with its target, by
+    :func:`mdsd.drafters.load_target_and_drafter` (the drafters sit above this glue).
     """
     check_device(device)
     _dtype(dtype)
-    if is_head(draft_path):
-        from mdsd.drafters.head import FeatureHead
-        from mdsd.hf.fetch import describe_model
-
-        target_dir = _directory(target_path, "target_path")
-        target, tokenizer = load_model(target_dir, dtype, device), load_tokenizer(target_dir)
-        digest = describe_model(target_dir)["weights_sha256"]
-        return target, FeatureHead.load(draft_path, target, digest), tokenizer
-    target_dir, draft_dir = _directory(target_path, "target_path"), _directory(draft_path, "draft_path")
+    target_dir = model_directory(target_path, "target_path")
+    draft_dir = model_directory(draft_path, "draft_path")
     tokenizer = load_tokenizer(target_dir)
     draft_tokenizer = load_tokenizer(draft_dir)
     if tokenizer.get_vocab() != draft_tokenizer.get_vocab():

@@ -52,26 +52,35 @@ def _validate(p: object, q: object, law: object, method: str) -> tuple[np.ndarra
     return p_arr, q_arr
 
 
-def check_enumerable(q: np.ndarray, law: DraftLaw, method: str) -> None:
+def check_enumerable(q: np.ndarray, law: DraftLaw, method: str, flag: str = "") -> None:
     """Raise ``ValueError`` if ``method`` (an enumerating one) would build too large a problem for q [n].
 
     Every enumerating method lists the law's T draft tuples (at most :data:`MAX_TUPLES`); the coupling LP
     also has a row per tuple and T · n variables (at most :data:`MAX_COUPLING_TUPLES` and
-    :data:`MAX_COUPLING_VARIABLES`).
+    :data:`MAX_COUPLING_VARIABLES`). The message suggests other methods as ``method='lp'``, or, given the
+    command line's ``flag``, as ``--method lp``.
     """
+
+    def spelled(name: str) -> str:
+        return f"{flag} {name}" if flag else f"method={name!r}"
+
+    dual = law.dual_form() is not None
     tuples = law.tuple_count(q)
-    instead = "use method='dual'" if law.dual_form() is not None else "use a smaller vocabulary"
+    instead = f"use {spelled('dual')}" if dual else "use a smaller vocabulary"
     if tuples > MAX_TUPLES:
         raise ValueError(
             f"{law!r} on {q.size} tokens has too many draft tuples ({_count(tuples)} > {MAX_TUPLES:,}) for "
-            f"method {method!r}; {instead}"
+            f"{spelled(method)}; {instead}"
         )
     if method == "coupling" and (tuples > MAX_COUPLING_TUPLES or tuples * q.size > MAX_COUPLING_VARIABLES):
+        more = ["maxflow", "dual"] if dual else ["maxflow"]
+        more = (
+            more if flag else [repr(name) for name in more]
+        )  # --method lp or maxflow / method='lp' or 'maxflow'
         raise ValueError(
             f"{law!r} on {q.size} tokens makes a coupling LP of {_count(tuples)} tuples and "
             f"{_count(tuples * q.size)} variables (at most {MAX_COUPLING_TUPLES:,} and "
-            f"{MAX_COUPLING_VARIABLES:,}); use method='lp' or "
-            "'maxflow'" + (", or 'dual'" if law.dual_form() is not None else "")
+            f"{MAX_COUPLING_VARIABLES:,}); use {spelled('lp')} or {', or '.join(more)}"
         )
 
 

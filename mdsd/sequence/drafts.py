@@ -21,7 +21,7 @@ import numpy as np
 from mdsd.laws import IID, DraftLaw
 from mdsd.otm import law_from_name
 from mdsd.sequence.models import SequenceModel
-from mdsd.tree.tree import Tree
+from mdsd.token_tree import Tree
 
 __all__ = ["node_laws", "enumerate_drafts", "node_paths", "MAX_TREES"]
 

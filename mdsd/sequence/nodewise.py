@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 
 from mdsd.sequence.models import SequenceModel, check_pair
-from mdsd.tree.tree import Tree
+from mdsd.token_tree import Tree
 from mdsd.verifiers import verifier
 
 __all__ = ["nodewise_step_law", "nodewise_tokens_per_step", "node_output_law"]

@@ -39,7 +39,7 @@ from mdsd.sequence.coupling import coupling_program
 from mdsd.sequence.drafts import LawSpec, enumerate_drafts, node_laws, node_paths
 from mdsd.sequence.models import SequenceModel, check_pair, prefixes
 from mdsd.sequence.program import Program, Solved, solve
-from mdsd.tree.tree import Tree
+from mdsd.token_tree import Tree
 
 __all__ = ["solve_tree_otm", "optimal_tokens_per_step", "TreeOTMResult", "METHODS", "MAX_VARIABLES"]
 

@@ -34,7 +34,7 @@ import torch
 from mdsd.sampling import inverse_cdf
 from mdsd.sequence.drafts import enumerate_drafts, node_laws, node_paths
 from mdsd.sequence.models import SequenceModel, check_pair
-from mdsd.tree.tree import Tree
+from mdsd.token_tree import Tree
 from mdsd.validation import as_probability_tensor
 from mdsd.verifiers.ops import Uniforms, draw_uniforms
 from mdsd.verifiers.reference import draw_index

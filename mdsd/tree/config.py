@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mdsd.token_tree import Tree
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.drafter import Drafter, check_drafter
 from mdsd.tree.models import eos_ids
 from mdsd.tree.plan import DynamicTree, Plan, truncated_plan, with_retrieval
 from mdsd.tree.step import Rule
-from mdsd.tree.tree import Tree
-from mdsd.verifiers.registry import check_name, path_rule, verifier
+from mdsd.verifiers.registry import check_name, path_rule, supports, verifier
 
-__all__ = ["DecodeConfig", "node_verifiers"]
+__all__ = ["DecodeConfig", "node_verifiers", "path_rule_obstacle"]
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,11 @@ class DecodeConfig:
         vocab_size = check_drafter(target, drafter)
         check_name(verifier)
         path = path_rule(verifier)  # a sequence-level rule (mdsd.sequence), or None: node-wise verification
-        if path is not None and (not isinstance(tree, Tree) or source is not None or depth is not None):
-            raise ValueError(
-                f"verifier {verifier!r} verifies a whole static mdsd.Tree per step: no DynamicTree, "
-                "source or depth policy"
-            )
-        if path is not None and path.chains_only and bool((tree.branching > 1).any()):
-            raise ValueError(f"verifier {verifier!r} verifies a chain (Tree.chain(L)), not a tree")
+        static = isinstance(tree, Tree)
+        chain = bool((tree.branching <= 1).all()) if static else None
+        obstacle = path_rule_obstacle(verifier, static, chain, source is not None, depth is not None)
+        if obstacle is not None:
+            raise ValueError(obstacle)
         config = cls(
             tree,
             verifier,
@@ -128,6 +126,23 @@ class DecodeConfig:
         )
 
     @property
+    def verified_by(self) -> str:
+        """What verifies the drafts, as a summary names it: the verifier's name, and where a node has one
+        child but the verifier has no one-draft form (SpecHub: k = 2 only), the single-draft rule that
+        verifies it instead (:func:`node_verifiers`): ``"spechub (single-draft where a node has one
+        child)"``, or ``"single (spechub has no one-draft form; every node has one child)"`` on a chain.
+
+        Falling back is what multi-draft decoding does (a node with one draft has one optimal rule, the
+        single-draft one, which every node verifier reduces to where it has k = 1), so mixed trees (Sequoia's,
+        ``kary:2,1``, a source's chains beside a tree) run with SpecHub; the summary says so instead of
+        crediting the verifier with nodes it never verified."""
+        if self.rule.path is not None or 1 not in self.rule.verifiers or supports(self.verifier, 1):
+            return self.verifier  # a path rule, greedy decoding (no node verifier), or no fallback
+        if set(self.rule.verifiers) == {1}:
+            return f"single ({self.verifier} has no one-draft form; every node has one child)"
+        return f"{self.verifier} (single-draft where a node has one child)"
+
+    @property
     def full_depth(self) -> int:
         """The depth of the whole tree (0: none)."""
         tree = self.tree
@@ -144,6 +159,33 @@ class DecodeConfig:
                 plan = with_retrieval(plan, *self.retrieve)
             self._plans[depth] = plan
         return self._plans[depth]
+
+
+def path_rule_obstacle(
+    verifier: str, static: bool, chain: bool | None, source: bool = False, depth: bool = False
+) -> str | None:
+    """Why the path rule ``verifier`` (:func:`mdsd.verifiers.registry.path_rule`) cannot verify a decode, or
+    None (also when ``verifier`` is a node verifier): it verifies a whole static tree (``static``) per step,
+    with no draft ``source`` and no ``depth`` policy, and a chains-only rule a chain (``chain``; None: not
+    known yet, e.g. a Sequoia tree still to build). :meth:`DecodeConfig.build` asks on the decoder's
+    arguments; ``mdsd decode`` and the experiments' method specs on their spellings, before loading a model.
+
+    >>> path_rule_obstacle("block", static=True, chain=False)
+    "verifier 'block' verifies a chain (Tree.chain(L), --tree chain:N), not a tree"
+    >>> path_rule_obstacle("traversal", static=True, chain=False) is None
+    True
+    """
+    path = path_rule(verifier)
+    if path is None:
+        return None
+    if not static or source or depth:
+        return (
+            f"verifier {verifier!r} verifies a whole static mdsd.Tree per step: no DynamicTree, source or "
+            "depth policy"
+        )
+    if path.chains_only and chain is False:
+        return f"verifier {verifier!r} verifies a chain (Tree.chain(L), --tree chain:N), not a tree"
+    return None
 
 
 def node_verifiers(name: str, plan: Plan, temperature: float) -> dict:

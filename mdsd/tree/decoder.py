@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from mdsd.sources.base import has_table
+from mdsd.token_tree import Tree
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.compiled import CapturedRunner, backend_of
 from mdsd.tree.config import DecodeConfig
@@ -37,7 +38,6 @@ from mdsd.tree.loop import decode
 from mdsd.tree.memory import check_decode_memory
 from mdsd.tree.plan import DynamicTree, Plan
 from mdsd.tree.spec import parse_method
-from mdsd.tree.tree import Tree
 
 __all__ = ["TreeDecoder", "TreeDecodeOutput"]
 
@@ -54,7 +54,7 @@ class TreeDecoder:
         None when a ``source`` drafts alone; with neither, the decoder is plain autoregressive sampling
         of the target (each step emits one token from p), the baseline every tree is compared with.
     tree : Tree, DynamicTree or None
-        The token tree the draft model drafts at every step: a fixed :class:`~mdsd.tree.tree.Tree`, or a
+        The token tree the draft model drafts at every step: a fixed :class:`~mdsd.token_tree.Tree`, or a
         :class:`~mdsd.tree.plan.DynamicTree` grown each step from the draft's probabilities (None: no model
         tree, with ``draft=None``).
     verifier : str
@@ -178,6 +178,10 @@ class TreeDecoder:
     eos_token_ids = property(lambda self: self.config.eos_token_ids, doc="Tokens that end generation.")
     vocab_size = property(lambda self: self.config.vocab_size, doc="The shared vocabulary's size V.")
     verifier_name = property(lambda self: self.config.verifier, doc="The verifier's name, as given.")
+    verified_by = property(
+        lambda self: self.config.verified_by,
+        doc="What verifies the drafts: the name, and the single-draft fallback where one is used.",
+    )
     rule = property(lambda self: self.config.rule, doc="How a step verifies (mdsd.tree.step.Rule).")
 
     @property

@@ -57,6 +57,9 @@ class TreeDecodeOutput:
         device at each phase boundary). For a batch decode the times are those of the whole batch.
     stopped_by_eos : bool
         Whether generation ended on an EOS token.
+    verified_by : str
+        What verified the drafts (:attr:`mdsd.tree.config.DecodeConfig.verified_by`): the verifier's name,
+        and where a node with one child fell back to the single-draft rule, that too.
     """
 
     tokens: torch.Tensor
@@ -70,6 +73,7 @@ class TreeDecodeOutput:
     step_seconds: list[float]
     timings: dict[str, float]
     stopped_by_eos: bool = False
+    verified_by: str = ""
 
     @property
     def mean_tokens_per_step(self) -> float:
@@ -126,7 +130,7 @@ class Ledger:
         )
         return self.eos[rows] | (self.length[rows] == self.max_new_tokens)
 
-    def outputs(self, timings: dict[str, float]) -> list[TreeDecodeOutput]:
+    def outputs(self, timings: dict[str, float], verified_by: str = "") -> list[TreeDecodeOutput]:
         """One :class:`TreeDecodeOutput` per row (the per-row work of the whole decode, done once)."""
         rows = len(self.length)
         if self._steps:
@@ -155,6 +159,7 @@ class Ledger:
                     step_seconds=seconds[mine].tolist(),
                     timings=dict(timings),
                     stopped_by_eos=bool(self.eos[b]),
+                    verified_by=verified_by,
                 )
             )
         return out

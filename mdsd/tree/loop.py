@@ -106,7 +106,7 @@ def decode(
             rows, depths = rows[~done], depths[~done]
             if policy is not None:
                 policy.keep(np.flatnonzero(~done))
-    return ledger.outputs({"total": time.perf_counter() - start, **runner.timings()})
+    return ledger.outputs({"total": time.perf_counter() - start, **runner.timings()}, config.verified_by)
 
 
 def retrieve(

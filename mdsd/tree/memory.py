@@ -75,7 +75,7 @@ class TreeShape:
 
     @classmethod
     def of_tree(cls, tree) -> TreeShape:
-        """The counts of a :class:`~mdsd.tree.tree.Tree` or a :class:`~mdsd.tree.plan.DynamicTree`.
+        """The counts of a :class:`~mdsd.token_tree.Tree` or a :class:`~mdsd.tree.plan.DynamicTree`.
 
         >>> from mdsd import Tree
         >>> TreeShape.of_tree(Tree.kary([2, 2])) == TreeShape.of_branching([2, 2])

@@ -5,7 +5,7 @@ parents) are filled in on the device while drafting. Node 0 is the root (the las
 numbered level by level, so every depth is a contiguous block and a parent precedes its children.
 
 * An **expansion group** is a set of nodes of one depth that each draw ``k`` children with one node-level
-  verifier's law. Its nodes are fixed (a static :class:`~mdsd.tree.tree.Tree`) or chosen while drafting
+  verifier's law. Its nodes are fixed (a static :class:`~mdsd.token_tree.Tree`) or chosen while drafting
   (``nodes=None``: the ``size`` most probable drafted nodes of a pool, EAGLE-2 style). Its children are fixed
   node indices. A group may also hold ``fixed`` deterministic children per node, placed before the random
   ones: tokens proposed by a training-free source (:mod:`mdsd.sources`), verified with the drawn ones by
@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from mdsd.tree.tree import Tree
+from mdsd.token_tree import Tree
 from mdsd.validation import check_k
 
 __all__ = ["Group", "Plan", "DynamicTree", "static_plan", "truncated_plan", "with_retrieval"]

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mdsd.sources.registry import make_source, source_names
+from mdsd.token_tree import Tree
 from mdsd.tree.adaptive import make_policy, policy_names
+from mdsd.tree.config import path_rule_obstacle
 from mdsd.tree.memory import TreeShape
 from mdsd.tree.plan import DynamicTree
-from mdsd.tree.tree import Tree
 from mdsd.verifiers.registry import check_name
 
 __all__ = ["Method", "parse_method", "parse_tree", "tree_shape", "compile_option"]
@@ -135,6 +136,12 @@ def check_method(method: Method, flags: dict[str, str] | None = None) -> None:
             named("policy", lambda: _refuse(f"the policy {name} chooses between a model tree and a +SOURCE"))
         if name in SOURCE_POLICIES:  # its options, checked by building it (it has no context)
             named("policy", lambda: make_policy(method.policy))
+    static = method.tree != "none" and not method.tree.startswith("dynamic:")
+    branching = _branching(method.tree) if static else None  # None for a .json file, sequoia:N: not built yet
+    chain = None if branching is None else max(branching) <= 1
+    obstacle = path_rule_obstacle(method.verifier, static, chain, bool(method.source), bool(method.policy))
+    if obstacle is not None:
+        named("verifier", lambda: _refuse(obstacle))
 
 
 def _refuse(message: str):
@@ -177,7 +184,9 @@ def parse_tree(spec: str):
         return DynamicTree(*numbers)
     path = Path(spec)
     if path.suffix == ".json":
-        return Tree.from_json(path.read_text())  # OSError if missing: reported by the dispatcher
+        if not path.is_file():
+            raise FileNotFoundError(f"--tree {spec}: no such file")
+        return Tree.from_json(path.read_text())
     raise ValueError(
         "--tree must be chain:N, binary:D, kary:b1,b2,..., dynamic:DEPTH,K,EXPAND[,BUDGET] or a tree .json "
         f"file; got {spec!r}"

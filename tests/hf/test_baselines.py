@@ -1,37 +1,25 @@
-"""HF baselines (mdsd.hf.baselines) and the comparison table (mdsd.hf.comparison) on tiny random models.
+"""HF baselines (mdsd.hf.baselines) on tiny random models; the comparison table built on them is tested in
+tests/harness/test_comparison.py.
 
 Exact checks: forward counts (hooked) against the counts each method must take, greedy outputs against an
-independent greedy loop, the budget, EOS, the caller's RNG state and generation config, the table against
-sums and a hand-computed interval, and the CLI. Statistical check: HF assisted sampling driven by the
-wrapper keeps the target's law of the first two tokens (seeded chi-square, α = 1e-3), also when the
-model's own generation config sets top-k; the same test rejects HF driven naively on that model.
+independent greedy loop, the budget, EOS, the caller's RNG state and generation config. Statistical check:
+HF assisted sampling driven by the wrapper keeps the target's law of the first two tokens (seeded
+chi-square, α = 1e-3), also when the model's own generation config sets top-k; the same test rejects HF
+driven naively on that model.
 """
 
 import copy
-import dataclasses
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from tiny_lms import perturbed, tiny_lm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tree"))  # the decoder tests' tiny models
-from tiny_lms import perturbed, tiny_lm, word_pair  # noqa: E402
-
-from mdsd import Tree, TreeDecoder  # noqa: E402
-from mdsd.hf import (  # noqa: E402
-    HFAssisted,
-    TreeMethod,
-    assisted,
-    autoregressive,
-    compare,
-    count_forwards,
-    ratio_interval,
-)
-from mdsd.hf.record import sample_continuation  # noqa: E402
+from mdsd import Tree, TreeDecoder
+from mdsd.hf import assisted, autoregressive, count_forwards
+from mdsd.hf.record import sample_continuation
 
 ALPHA = 1e-3
 PROMPTS = [[3, 1, 4], [7], [2, 9, 11, 5, 0]]
@@ -323,151 +311,27 @@ def test_hf_assisted_sampling_keeps_the_target_law():
     assert _p_value(np.array(naive), law) < ALPHA
 
 
-# ---- the comparison ------------------------------------------------------------------------------------
+def test_hf_s_notice_about_its_own_assistant_call_is_not_shown(pair):
+    """transformers 5.x logs that passing a generation_config together with min/max_new_tokens is deprecated,
+    about the call its assisted generation makes to the assistant, not about mdsd's call (mdsd passes a
+    generation_config alone): mdsd's assisted runs do not show it; other messages are untouched."""
+    import logging
 
+    records = []
 
-def test_ratio_interval_by_hand():
-    tokens, forwards = [10, 12, 8], [5, 4, 4]
-    ratio = 30 / 13
-    d = [10 - ratio * 5, 12 - ratio * 4, 8 - ratio * 4]
-    se = math.sqrt(sum(x * x for x in d) / (3 * 2)) / (13 / 3)
-    t = 4.302652729749464  # Student's t quantile, 97.5%, 2 degrees of freedom
-    got, (low, high) = ratio_interval(tokens, forwards)
-    assert got == pytest.approx(ratio, rel=1e-15)
-    assert (low, high) == pytest.approx((ratio - t * se, ratio + t * se), rel=1e-12)
-    assert ratio_interval([7], [3]) == (7 / 3, None)
-    assert ratio_interval([2, 4, 6], [1, 2, 3]) == (2.0, (2.0, 2.0))  # every prompt at the same ratio
-    wide = ratio_interval(tokens, forwards, confidence=0.99)[1]
-    assert wide[0] < low and wide[1] > high
-    for bad in (([1, 2], [1]), ([1], [0]), ([1, 2], [1, -1]), ([], []), ([np.nan], [1])):
-        with pytest.raises(ValueError):
-            ratio_interval(*bad)
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
 
-
-def test_compare_runs_every_method_alike_and_sums_the_table(pair):
-    target, draft = pair
-    tree = TreeMethod(Tree.kary([2, 2]), "rrsw")
-    seen = []
-    result = compare(
-        ["hf-autoregressive", HFAssisted(), tree],
-        PROMPTS,
-        target,
-        draft,
-        max_new_tokens=6,
-        temperature=0.6,
-        seed=5,
-        progress=lambda method, i: seen.append((method, i)),
-    )
-    names = ["hf-autoregressive", "hf-assisted", "mdsd rrsw tree of 6 nodes, depth 2"]
-    assert [r.method for r in result.rows] == names and len(seen) == len(result.runs) == 9
-    for row in result.rows:
-        runs = [r for r in result.runs if r.method == row.method]
-        assert [r.seed for r in runs] == [5, 6, 7] and row.prompts == 3
-        for r in runs:  # the hook agrees with each method's own steps and draft forwards
-            assert r.target_forwards == r.steps == r.output.steps
-            assert r.draft_forwards == r.output.draft_forwards and r.tokens == 6
-        tokens, forwards = [r.tokens for r in runs], [r.target_forwards for r in runs]
-        assert (row.tokens, row.target_forwards) == (sum(tokens), sum(forwards))
-        ratio, (low, high) = ratio_interval(tokens, forwards)
-        assert (row.tokens_per_forward, row.ci95) == (ratio, (max(low, 1.0), high))  # >= 1 token a forward
-        assert row.tokens_per_step == sum(tokens) / sum(r.steps for r in runs)
-        assert row.draft_forwards == sum(r.draft_forwards for r in runs)
-        seconds = [r.seconds for r in runs]
-        assert row.tokens_per_second == pytest.approx(sum(tokens) / sum(seconds))
-        speed, (low, high) = ratio_interval(tokens, seconds)
-        assert (row.tokens_per_second, row.tokens_per_second_ci95) == (speed, (max(low, 0.0), high))
-    assert result.rows[0].tokens_per_forward == 1 and result.rows[0].draft_forwards == 0
-    assert result.rows[2].tokens_per_forward > 1
-    # the same seeds as each method run alone
-    hf = autoregressive(target, PROMPTS, 6, 0.6, seed=5)
-    assert [r.output.tokens.tolist() for r in result.runs[:3]] == [o.tokens.tolist() for o in hf]
-    decoder = TreeDecoder(target, draft, tree.tree, verifier="rrsw", temperature=0.6)
-    for i, prompt in enumerate(PROMPTS):
-        alone = decoder.generate(torch.tensor([prompt]), 6, torch.Generator().manual_seed(5 + i))
-        assert result.runs[6 + i].output.tokens.tolist() == alone.tokens.tolist()
-    row = result.rows[1]
-    assert result.records()[1] == dataclasses.asdict(row) | {
-        "ci95": list(row.ci95),
-        "tokens_per_second_ci95": list(row.tokens_per_second_ci95),
-    }
-    table = result.markdown().splitlines()
-    assert len(table) == 5 and all(table[2 + i].startswith(f"| {name} | ") for i, name in enumerate(names))
-
-
-def test_compare_greedy_methods_agree_and_bad_methods_are_named(pair):
-    target, draft = pair
-    result = compare(
-        ["hf-autoregressive", "hf-assisted", TreeMethod(Tree.chain(3))], PROMPTS, target, draft, 8, 0
-    )
-    for i in range(len(PROMPTS)):
-        assert len({tuple(r.output.tokens.tolist()) for r in result.runs if r.prompt == i}) == 1
-    with pytest.raises(ValueError, match="unknown method"):
-        compare(["hf-sampling"], PROMPTS, target, draft, 4, 0.6)
-    with pytest.raises(ValueError, match="twice"):
-        compare(["hf-assisted", HFAssisted()], PROMPTS, target, draft, 4, 0.6)
-    for bad in ([], "hf-assisted"):
-        with pytest.raises(ValueError, match="non-empty"):
-            compare(bad, PROMPTS, target, draft, 4, 0.6)
-    decoded = []
-    with pytest.raises(ValueError, match="too wide for verifier 'spechub'"):
-        methods = ["hf-autoregressive", TreeMethod(Tree.kary([3]))]
-        compare(methods, PROMPTS, target, draft, 4, 0.6, progress=lambda *run: decoded.append(run))
-    assert not decoded  # every method is checked before the first decode
-    with pytest.raises(TypeError, match="a method must be"):
-        compare([Tree.chain(2)], PROMPTS, target, draft, 4, 0.6)
-    assert HFAssisted(num_assistant_tokens=5).name == "hf-assisted (num_assistant_tokens=5)"
-
-
-def test_the_fast_path_counts_the_forwards_the_hook_counts_on_the_eager_path(pair):
-    """A fast-path method's forwards are the decoder's own count (captured steps call no model from
-    Python); they equal what the hook counts for the same decodes on the eager path."""
-    target, draft = pair
-    eager = TreeMethod(Tree.kary([2, 1]), "rrs", label="eager")
-    fast = TreeMethod(Tree.kary([2, 1]), "rrs", label="fast", compile="none")
-    result = compare([eager, fast], PROMPTS, target, draft, 8, 0.0)
-    by_method = {name: [r for r in result.runs if r.method == name] for name in (eager.name, fast.name)}
-    for a, b in zip(*by_method.values(), strict=True):
-        assert a.output.tokens.tolist() == b.output.tokens.tolist()
-        assert (a.target_forwards, a.draft_forwards) == (b.target_forwards, b.draft_forwards) != (0, 0)
-
-
-# ---- mdsd decode --compare ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    return word_pair(tmp_path_factory.mktemp("pair"))
-
-
-def test_cli_decode_compare_prints_the_table(model_dirs, tmp_path, capsys, monkeypatch):
-    """... and builds no TreeDecoder of its own beside the compared method's (regression: it built one and
-    never used it)."""
-    import mdsd
-    from mdsd.cli import main
-
-    built = []
-
-    class Counted(mdsd.TreeDecoder):
-        def __init__(self, *args, **kwargs):
-            built.append(args)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(mdsd, "TreeDecoder", Counted)
-    target, draft = model_dirs
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("the cat sat\na dog ran\n")
-    base = ["decode", "--target", str(target), "--draft", str(draft), "--tree", "binary:2"]
-    code = main(
-        [*base, "--temperature", "0.6", "--prompts-file", str(prompts), "--max-new-tokens", "5", "--compare"]
-    )
-    out = capsys.readouterr().out
-    assert code == 0 and out.count("tokens per step:") == 2 and not built
-    assert "2 prompt(s), spechub, binary:2: 10 tokens from" in out
-    table = [line for line in out.splitlines() if line.startswith("| ")]
-    assert table[0].startswith("| method | tokens / target forward (95% CI) |")
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in table[1:]}
-    assert list(rows) == ["hf-autoregressive", "hf-assisted", "mdsd spechub binary:2"]
-    assert rows["hf-autoregressive"][1].startswith("1.000") and rows["hf-autoregressive"][4] == "10"
-    assert all(row[-1] == "10 |" for row in rows.values())  # the same budget for every method
-    code = main([*base, "--batch-file", str(prompts), "--compare"])
-    assert code == 2 and "--compare decodes prompts one at a time" in capsys.readouterr().err
+    logger = logging.getLogger("transformers.generation.utils")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        logging.Logger.warning_once.cache_clear()  # transformers logs each notice once per process
+        assisted(*pair, [PROMPTS[0]], 4, 0.6, seed=0)
+        assert not [r for r in records if "generation_config` together" in r]
+        logger.warning("another message")  # the filter is gone after the call, and passes everything else
+        assert records[-1] == "another message"
+    finally:
+        logger.removeHandler(handler)
+        logging.Logger.warning_once.cache_clear()

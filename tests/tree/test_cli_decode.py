@@ -292,3 +292,99 @@ def test_decode_refuses_bad_source_options_by_name(model_dirs, tmp_path, capsys)
         assert says in capsys.readouterr().err, extra
     assert main(["decode", "--target", str(target), "--prompt", "x", "--tree", "chain:2"]) == 2
     assert "give --target and --draft" in capsys.readouterr().err  # a model tree needs its draft
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Loading a model fails the test: what is refused must be refused before."""
+    import importlib
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    for module, name in (("mdsd.drafters.pair", "load_target_and_drafter"), ("mdsd.hf.load", "load_model")):
+        monkeypatch.setattr(importlib.import_module(module), name, no_load)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--tree", "binary:3", "--verifier", "block", "--prompt", "the cat"],
+            "--verifier block with --tree binary:3: verifier 'block' verifies a chain (Tree.chain(L), --tree "
+            "chain:N), not a tree",
+        ),
+        (
+            ["--tree", "dynamic:3,2,2", "--verifier", "traversal", "--prompt", "the cat"],
+            "--verifier traversal with --tree dynamic:3,2,2: verifier 'traversal' verifies a whole static "
+            "mdsd.Tree per step: no DynamicTree, source or depth policy",
+        ),
+        (
+            ["--tree", "chain:3", "--verifier", "block", "--source", "lookup", "--prompt", "the cat"],
+            "--verifier block with --tree chain:3: verifier 'block' verifies a whole static mdsd.Tree per "
+            "step: no DynamicTree, source or depth policy",
+        ),
+        (["--prompt", ""], "--prompt is empty: give the text the models continue"),
+        (
+            ["--prompt", "the cat", "--prompt", ""],
+            "--prompt number 2 is empty: give the text the models continue",
+        ),
+        (["--prompts-file", "missing.txt"], "--prompts-file missing.txt: no such file"),
+        (["--tree", "missing.json", "--prompt", "the cat"], "--tree missing.json: no such file"),
+    ],
+)
+def test_decode_refuses_before_loading_a_model_regression(
+    model_dirs, capsys, monkeypatch, no_model_loads, tmp_path, argv, message
+):
+    """Bug: `--tree binary:3 --verifier block` and `--prompt ""` were refused only after both models loaded
+    (12-17 s on the real pair); the verifier's constraints on the tree and the prompts are checked first."""
+    monkeypatch.chdir(tmp_path)
+    target, draft = model_dirs
+    assert main(["decode", "--target", str(target), "--draft", str(draft), *argv]) == 2
+    assert capsys.readouterr().err == f"mdsd decode: error: {message}\n"
+
+
+def test_decode_names_its_flags_regression(capsys, no_model_loads):
+    """Bug: `--pair x` answered in the Python API's words ("name must be one of ['qwen2.5-coder']")."""
+    assert main(["decode", "--pair", "x", "--prompt", "the cat"]) == 2
+    assert capsys.readouterr().err == "mdsd decode: error: --pair must be one of qwen2.5-coder, got 'x'\n"
+    assert main(["decode", "--target", "T", "--draft", "D", "--dtype", "int7", "--prompt", "the cat"]) == 2
+    assert "mdsd decode: error: --dtype must name a torch floating dtype" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "tree, verified",
+    [
+        ("chain:3", "single (spechub has no one-draft form; every node has one child)"),
+        ("kary:2,1", "spechub (single-draft where a node has one child)"),
+        ("binary:2", "spechub"),
+    ],
+)
+def test_the_summary_says_what_verified_regression(model_dirs, capsys, tree, verified):
+    """Bug: `--tree chain:4 --verifier spechub` verified every node with the single-draft rule (SpecHub is
+    defined for two drafts) while the summary said "spechub". The fallback stays (a node with one draft has
+    one optimal rule, and mixed trees need it), and the summary says what verified."""
+    target, draft = model_dirs
+    args = ["decode", "--target", str(target), "--draft", str(draft), "--tree", tree, "--verifier", "spechub"]
+    assert main([*args, "--temperature", "0.6", "--prompt", "the cat", "--max-new-tokens", "4"]) == 0
+    assert f"1 prompt(s), {verified}, {tree}: 4 tokens from" in capsys.readouterr().out
+
+
+def test_the_decoder_and_its_outputs_say_what_verified():
+    from tiny_lms import perturbed, tiny_lm
+
+    from mdsd import TreeDecoder
+
+    target = tiny_lm(0)
+    draft = perturbed(target, 0.3, seed=1)
+    prompt = torch.tensor([[3, 1, 4]])
+    for tree, name, temperature, verified in [
+        (Tree.chain(2), "spechub", 0.6, "single (spechub has no one-draft form; every node has one child)"),
+        (Tree.kary([2, 1]), "spechub", 0.6, "spechub (single-draft where a node has one child)"),
+        (Tree.chain(2), "rrs", 0.6, "rrs"),  # RRS has a one-draft form: no fallback
+        (Tree.chain(2), "spechub", 0.0, "spechub"),  # greedy: no node verifier at all
+        (Tree.chain(2), "block", 0.6, "block"),
+    ]:
+        decoder = TreeDecoder(target, draft, tree, name, temperature)
+        out = decoder.generate(prompt, 3, torch.Generator().manual_seed(0))
+        assert decoder.verified_by == out.verified_by == verified, (tree, name, temperature)

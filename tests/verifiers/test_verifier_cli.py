@@ -93,7 +93,7 @@ def test_bad_input_exits_with_status_2(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("[0.5, 0.6]")
     (tmp_path / "ok.json").write_text("[0.5, 0.5]")
     assert main(["acceptance", "--p", str(tmp_path / "bad.json"), "--q", str(tmp_path / "ok.json")]) == 2
-    assert "p must sum to 1" in capsys.readouterr().err
+    assert f"mdsd acceptance: error: --p {tmp_path / 'bad.json'} must sum to 1" in capsys.readouterr().err
     assert main(["acceptance", "--p", str(tmp_path / "ok.json")]) == 2
     assert (
         main(["acceptance", "--p", str(tmp_path / "ok.json"), "--q", str(tmp_path / "ok.json"), "--k", "0"])

@@ -44,10 +44,10 @@ from mdsd.hf.baselines import (
     _synchronize,
     count_forwards,
 )
+from mdsd.token_tree import Tree
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.decoder import TreeDecodeOutput, TreeDecoder
 from mdsd.tree.plan import DynamicTree
-from mdsd.tree.tree import Tree
 
 __all__ = [
     "HFAutoregressive",
@@ -208,7 +208,7 @@ class Comparison:
     interval: str = INTERVAL_METHOD
 
     def records(self) -> list[dict]:
-        """The rows as plain dicts (JSON-ready), e.g. for :func:`mdsd.experiment.write_results`."""
+        """The rows as plain dicts (JSON-ready), e.g. for :func:`mdsd.harness.experiment.write_results`."""
         return [
             dataclasses.asdict(row)
             | {"ci95": _listed(row.ci95), "tokens_per_second_ci95": _listed(row.tokens_per_second_ci95)}

@@ -1,4 +1,4 @@
-"""mdsd.sweep.run_tasks: in this process and on a local Ray instance (skipped without Ray), and the
+"""mdsd.harness.sweep.run_tasks: in this process and on a local Ray instance (skipped without Ray), and the
 experiments that use it, resumed and run on Ray, writing the same files as a plain local run."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from mdsd.sweep import SweepError, TaskFailure, per_process, run_tasks
+from mdsd.harness.sweep import SweepError, TaskFailure, per_process, run_tasks
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def seeded(task: dict) -> dict:

@@ -14,7 +14,7 @@ import torch
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, save_corpus, truncate_logits
 from mdsd.data.prompts import PROMPT_SETS
-from mdsd.hf.methods import MethodsConfig, make_method
+from mdsd.harness.methods import MethodsConfig, make_method
 
 pytestmark = pytest.mark.slow  # experiments end to end on tiny models (pytest -m "not slow" leaves them out)
 
@@ -142,7 +142,7 @@ def test_method_specs(corpus):
         ("binary:2", "TREE/VERIFIER"),
         ("chain:2/rrs/fast", "policy"),
         ("chain:2/rrs/first", "a model tree and a \\+SOURCE"),
-        ("none/topk/first+lookup", "a model tree and a \\+SOURCE"),
+        ("none/topk/first+lookup", "a depth policy truncates the draft model.s tree: give a tree"),
         ("chain:2/rrs/first:x+lookup", "first\\[:N\\[:M\\]\\] with integers"),
         ("chain:2/rrs/first:1:2:3+lookup", "first\\[:N\\[:M\\]\\] with integers"),
         ("chain:2/rrs/first:1:-1+lookup", "first\\[:N\\[:M\\]\\] with integers"),

@@ -19,8 +19,8 @@ grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
 
 :class:`MethodsConfig` holds what these settings and a sweep need (the experiments' configs extend it);
 :func:`run_method` is one sweep task: one method at one temperature over every prompt, measured by
-:func:`mdsd.hf.compare` (forwards counted by one hook for every method, a 95% interval over prompts), with
-Sequoia's prediction from the verifier's exact acceptance vector beside each fixed tree.
+:func:`mdsd.harness.comparison.compare` (forwards counted by one hook for every method, a 95% interval over
+prompts), with Sequoia's prediction from the verifier's exact acceptance vector beside each fixed tree.
 """
 
 from __future__ import annotations
@@ -31,10 +31,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mdsd import experiment
+from mdsd.costs.predict import depth_seconds
+from mdsd.costs.profile import CostProfile
+from mdsd.data.corpus import real_pairs
+from mdsd.harness import experiment
+from mdsd.harness.comparison import HFAssisted, TreeMethod, compare
+from mdsd.harness.sweep import per_process, run_tasks
+from mdsd.token_tree import Tree
+from mdsd.tree.spec import compile_option, parse_method, parse_tree
+from mdsd.verifiers.registry import path_rule, supports, verifier
 
 __all__ = [
     "MethodsConfig",
+    "HF_METHODS",
+    "check_method",
     "acceptance_vector",
     "make_method",
     "real_prompts",
@@ -57,7 +67,7 @@ class MethodsConfig:
     max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt"})
     temperatures: tuple[float, ...] = field(default=(0.6,), metadata={"help": "temperatures T"})
-    methods: tuple[str, ...] = field(default=(), metadata={"help": "methods (mdsd.hf.methods)"})
+    methods: tuple[str, ...] = field(default=(), metadata={"help": "methods (mdsd.harness.methods)"})
     sequoia_depth: int = field(default=8, metadata={"help": "deepest node of sequoia:N trees"})
     acceptance_positions: int = field(
         default=300, metadata={"help": "corpus positions per acceptance vector"}
@@ -79,6 +89,33 @@ class MethodsConfig:
     ray: str = experiment.ray_field()
     resume: bool = experiment.resume_field()
 
+    def __post_init__(self) -> None:
+        for spec in self.methods:  # before a prompt is read or a model loaded, not in the sweep's tasks
+            try:
+                check_method(spec)
+            except ValueError as err:
+                raise ValueError(f"--methods: {err}") from None
+            if spec.startswith("sequoia:") and 0 in self.temperatures:
+                raise ValueError(
+                    f"--methods {spec}: a Sequoia tree is built from the verifier's acceptance vector at "
+                    "T > 0; --temperatures has 0"
+                )
+
+
+HF_METHODS = ("hf-autoregressive", "hf-assisted", "hf-assisted-heuristic")  # HF's own generate paths
+
+
+def check_method(spec: str) -> None:
+    """Refuse a method spec (module docstring) that cannot run, naming what is wrong, before anything loads.
+
+    >>> check_method("binary:3/block")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'binary:3/block': verifier 'block' verifies a chain (...), not a tree
+    """
+    if spec not in HF_METHODS:
+        parse_method(spec)
+
 
 def acceptance_vector(name: str, temperature: float, positions: int, corpus: str, width: int) -> list[float]:
     """a_j = mean over corpus positions of α(j) − α(j−1): P(the j-th sibling is the accepted one).
@@ -87,14 +124,12 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
     verifies a node with one child); entries the verifier does not support or cannot compute exactly
     on these pairs (SpecHub, j != 2; RRSw, j >= 3) end the vector there.
     """
-    import mdsd
-
-    pairs = mdsd.data.real_pairs(temperature, corpus or None)
+    pairs = real_pairs(temperature, corpus or None)
     alphas = [0.0]
     for j in range(1, width + 1):
-        if j > 1 and not mdsd.verifiers.supports(name, j):
+        if j > 1 and not supports(name, j):
             break
-        v = mdsd.verifier("single" if j == 1 else name, j)
+        v = verifier("single" if j == 1 else name, j)
         if v.exact_obstacle(pairs.q[:positions]) is not None:
             break
         values = []
@@ -114,11 +149,6 @@ def acceptance_vector(name: str, temperature: float, positions: int, corpus: str
 def make_method(spec: str, temperature: float, config: MethodsConfig):
     """The method object of a spec (module docstring; parsed by :func:`mdsd.tree.spec.parse_method`) and, for
     fixed trees, its predicted tokens/step."""
-    import mdsd
-    from mdsd.hf.comparison import HFAssisted, TreeMethod
-    from mdsd.tree.spec import compile_option, parse_method
-    from mdsd.verifiers.registry import path_rule
-
     if spec in ("hf-autoregressive", "hf-assisted"):
         return spec, None
     if spec == "hf-assisted-heuristic":
@@ -136,12 +166,7 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
     seconds = _rate_seconds(method.tree, config) if method.policy.partition(":")[0] == "rate" else None
     arguments = method.decoder_arguments(config.datastore, seconds, a, config.sequoia_depth)
     tree, depth, source = arguments["tree"], arguments["depth"], arguments["source"]
-    fixed = (
-        isinstance(tree, mdsd.Tree)
-        and depth is None
-        and source is None
-        and path_rule(method.verifier) is None
-    )
+    fixed = isinstance(tree, Tree) and depth is None and source is None and path_rule(method.verifier) is None
     if fixed and temperature > 0:  # greedy decoding has no acceptance vector: nothing to predict with
         a = a or acceptance_vector(
             method.verifier, temperature, config.acceptance_positions, config.corpus, width=4
@@ -163,45 +188,38 @@ def make_method(spec: str, temperature: float, config: MethodsConfig):
 
 def _rate_seconds(tree_spec: str, config: MethodsConfig):
     """The cost model of a /rate method: a step's seconds by depth on the profiles in ``config.profiles``."""
-    import mdsd
-    from mdsd.tree.spec import parse_tree
-
     if not config.profiles:
         raise ValueError(
             "a /rate method needs --profiles (the output directory of experiments/cost_model.py)"
         )
     folder = Path(config.profiles)
-    target, draft = (mdsd.CostProfile.load(folder / f"{who}_profile.json") for who in ("target", "draft"))
+    target, draft = (CostProfile.load(folder / f"{who}_profile.json") for who in ("target", "draft"))
     context = config.max_prompt_tokens + config.max_new_tokens // 2
-    return mdsd.depth_seconds(
-        target, draft, parse_tree(tree_spec), batch=1, context=context, extrapolate=True
-    )
+    return depth_seconds(target, draft, parse_tree(tree_spec), batch=1, context=context, extrapolate=True)
 
 
 def _load(config: MethodsConfig, models: tuple[str, str] | None):
-    """(target, draft): the model pair (loaded once per process), or the quick tiny pair."""
-    from mdsd.hf.load import load_pair
+    """(target, draft): the model pair (loaded once per process; the draft may be a feature head's folder),
+    or the quick tiny pair."""
+    from mdsd.drafters.pair import load_target_and_drafter
     from mdsd.hf.tiny import tiny_pair
-    from mdsd.sweep import per_process
 
     if config.quick:
         target, draft = per_process(tiny_pair, config.seed)
         return target.to(config.device), draft.to(config.device)
-    target, draft, _ = per_process(load_pair, *models, dtype=config.dtype, device=config.device)
+    target, draft, _ = per_process(load_target_and_drafter, *models, dtype=config.dtype, device=config.device)
     return target, draft
 
 
 def run_method(
     task: dict, todo: list[list[int]], models: tuple[str, str] | None, config: MethodsConfig
 ) -> dict:
-    """A sweep task (:func:`mdsd.sweep.run_tasks`): method ``task["method"]`` at ``task["temperature"]``
-    over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick tiny pair); the row of
-    :func:`mdsd.hf.compare` with the spec, Sequoia's prediction, the share of accepted tokens a source
-    proposed, the share of steps that drafted with the model (below 1 under an adaptive depth policy that
-    may draft depth 0), the drafting steps that read the draft's whole buffer (the fast path after
-    chains-only steps) and the per-prompt counts."""
-    from mdsd.hf.comparison import compare
-
+    """A sweep task (:func:`mdsd.harness.sweep.run_tasks`): method ``task["method"]`` at
+    ``task["temperature"]`` over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick
+    tiny pair); the row of :func:`mdsd.harness.comparison.compare` with the spec, Sequoia's prediction, the
+    share of accepted tokens a source proposed, the share of steps that drafted with the model (below 1 under
+    an adaptive depth policy that may draft depth 0), the drafting steps that read the draft's whole buffer
+    (the fast path after chains-only steps) and the per-prompt counts."""
     torch.set_num_threads(config.threads)
     target, draft = _load(config, models)
     t = task["temperature"]
@@ -239,7 +257,8 @@ def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list
     chat-templated prompts of each set in ``config.datasets`` as token lists (at most
     ``config.max_prompt_tokens`` each), and the pair described for the results' metadata."""
     from mdsd.data.prompts import prompts
-    from mdsd.hf import describe_model, load_tokenizer, pair_paths
+    from mdsd.hf.fetch import describe_model
+    from mdsd.hf.load import load_tokenizer, pair_paths
 
     models = (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
     tokenizer = load_tokenizer(models[0])
@@ -256,12 +275,11 @@ def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list
 def sweep_methods(
     name: str, fn, tasks: list[dict], todo, pair: tuple[str, str] | None, config: MethodsConfig, **metadata
 ) -> tuple[Path, list[dict]]:
-    """Run ``fn(task, todo, models=pair, config)`` for every task (:func:`mdsd.sweep.run_tasks`: here, or on
-    Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run) and write the
-    rows to ``out/name.{json,csv}`` with ``metadata`` (:func:`mdsd.experiment.write_results`). Returns
-    ``(out, rows)``, ``out`` being :func:`mdsd.experiment.output_dir` of ``config.output_dir``."""
-    from mdsd.sweep import run_tasks
-
+    """Run ``fn(task, todo, models=pair, config)`` for every task (:func:`mdsd.harness.sweep.run_tasks`: here,
+    or on Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run) and write
+    the rows to ``out/name.{json,csv}`` with ``metadata`` (:func:`mdsd.harness.experiment.write_results`).
+    Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
+    ``config.output_dir``."""
     out = experiment.output_dir(name, config.output_dir)
     with experiment.partial_results(out, name, config, config.resume) as checkpoint:
         rows = run_tasks(

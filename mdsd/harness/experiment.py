@@ -7,6 +7,10 @@ A field with ``"const"`` in its metadata is a flag whose value may be left out (
 ``--ray <const>``). A field marked ``"run": True`` says how to run the experiment, not what it computes
 (``--ray``, ``--resume``): results record it under ``metadata["run"]``, apart from ``metadata["config"]``,
 so two runs of the same config compare equal however they ran.
+
+Every script of experiments/ ends with ``if __name__ == "__main__": run_script(main)``: bad input (a
+``ValueError`` or ``TypeError`` that mdsd or the script raises about it, an ``OSError``) is one line
+``<script>: error: ...`` and exit status 2, as with the ``mdsd`` command (:mod:`mdsd.errors`).
 """
 
 from __future__ import annotations
@@ -17,21 +21,52 @@ import csv
 import dataclasses
 import datetime
 import hashlib
-import importlib.metadata
 import itertools
 import json
-import math
+import os
 import platform
-import subprocess
 import sys
-import tempfile
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
+from mdsd.errors import report_exception
+from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
 
-_PACKAGES = ("mdsd", "numpy", "scipy", "torch", "networkx", "highspy", "cvxpy", "transformers")
+# ensure_output_dir, git_revision, package_versions and strict_json live in mdsd.outputs, which the drafters'
+# runs below the harness share; they are names of this module too, for the experiments.
+__all__ = [
+    "run_script",
+    "config_from_cli",
+    "add_config_arguments",
+    "config_from_args",
+    "output_dir_field",
+    "ray_field",
+    "resume_field",
+    "output_dir",
+    "ensure_output_dir",
+    "git_revision",
+    "package_versions",
+    "split_config",
+    "metadata",
+    "write_results",
+    "strict_json",
+    "partial_results",
+]
+
+
+def run_script(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:
+    """Run an experiment script's ``main(argv)`` (``argv``: ``sys.argv[1:]`` by default): return when it
+    returns (the script then ends with status 0); for bad input print one line ``<script>: error: MESSAGE`` on
+    stderr and exit with status 2; for anything else print the traceback and a line that says it is a bug,
+    and exit with status 1 (:func:`mdsd.errors.report_exception`; the script's own explicit raises count as
+    mdsd's). A bad flag is argparse's, which exits 2 itself."""
+    script = os.path.abspath(main.__code__.co_filename)
+    prog = os.path.basename(script)
+    try:
+        main(sys.argv[1:] if argv is None else argv)
+    except Exception as err:  # noqa: BLE001 (bad input: one line, exit 2; anything else: a bug, exit 1)
+        sys.exit(report_exception(err, prog, own=[script], what=f"mdsd or {prog}"))
 
 
 def config_from_cli(cls: type, argv: list[str] | None = None, description: str | None = None):
@@ -69,13 +104,22 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 
 
 def config_from_args(cls: type, args: argparse.Namespace):
-    """The ``cls`` instance of parsed flags (:func:`add_config_arguments`)."""
+    """The ``cls`` instance of parsed flags (:func:`add_config_arguments`). A ``ValueError`` or ``TypeError``
+    of the config's checks that starts with a field's name (``n must be >= 2``, ``laws: ...``) names its flag
+    instead (``--n must be >= 2``): the command line's words, not the API's."""
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         value = getattr(args, f.name)
         values[f.name] = tuple(value) if typing.get_origin(hints[f.name]) is tuple else value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        for f in dataclasses.fields(cls):
+            if message.startswith((f"{f.name} ", f"{f.name}:")):
+                raise type(err)("--" + f.name.replace("_", "-") + message[len(f.name) :]) from None
+        raise
 
 
 def output_dir_field() -> typing.Any:
@@ -85,7 +129,7 @@ def output_dir_field() -> typing.Any:
 
 
 def ray_field() -> typing.Any:
-    """The ``ray`` field of a sweep's config (:func:`mdsd.sweep.run_tasks`): '' runs here without Ray,
+    """The ``ray`` field of a sweep's config (:func:`mdsd.harness.sweep.run_tasks`): '' runs here without Ray,
     ``--ray`` alone on a local Ray, ``--ray auto`` or ``--ray HOST:PORT`` on a cluster. A run field."""
     return dataclasses.field(
         default="",
@@ -129,56 +173,8 @@ def output_dir(name: str, given: str = "", flag: str = "--output-dir") -> Path:
 def _runs_root() -> Path:
     """runs/ at the top of the checkout this mdsd comes from (an editable install), else in the working
     directory: a script run from experiments/ writes to the same runs/ as one run from the top."""
-    top = Path(__file__).resolve().parents[1]
+    top = Path(__file__).resolve().parents[2]  # mdsd/harness/experiment.py -> the checkout
     return (top if (top / "pyproject.toml").is_file() and (top / ".git").exists() else Path.cwd()) / "runs"
-
-
-def ensure_output_dir(path: str | Path, flag: str = "--output-dir") -> Path:
-    """``path`` as a folder that exists and takes files (created if needed), or a ``ValueError`` naming
-    ``flag``.
-
-    >>> ensure_output_dir("/dev/null/x")
-    Traceback (most recent call last):
-    ...
-    ValueError: --output-dir /dev/null/x: cannot write there (Not a directory)
-    """
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
-        raise ValueError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
-    return folder
-
-
-def git_revision() -> str | None:
-    """The checkout's HEAD commit (with ``-dirty`` if the tree has changes), or None outside git."""
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return rev + ("-dirty" if dirty else "")
-
-
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for name in _PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def split_config(config: object) -> tuple[dict, dict]:
@@ -242,27 +238,10 @@ def write_results(
     return json_path, csv_path
 
 
-def strict_json(value: object) -> object:
-    """``value`` with every NaN or infinite float (numpy's too) replaced by None and numpy scalars and arrays
-    made plain, so that ``json.dumps(..., allow_nan=False)`` writes strict JSON (``null``, never ``NaN``).
-
-    >>> strict_json({"a": [float("nan"), np.float32(0.5), np.inf], "b": (1, np.int64(2))})
-    {'a': [None, 0.5, None], 'b': [1, 2]}
-    """
-    if isinstance(value, dict):
-        return {key: strict_json(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [strict_json(v) for v in value]
-    if isinstance(value, (np.integer, np.bool_)):
-        return value.item()
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
-
-
 @contextlib.contextmanager
 def partial_results(out_dir: str | Path, name: str, config: object, resume: bool) -> Iterator[Path]:
-    """The checkpoint file of an experiment's sweep (:func:`mdsd.sweep.run_tasks`), deleted once it completes.
+    """The checkpoint file of an experiment's sweep (:func:`mdsd.harness.sweep.run_tasks`), deleted once it
+    completes.
 
     ``out_dir/name.<config hash>.tasks.jsonl``: the hash covers the config fields that decide the numbers
     (not the ``"run"`` ones), so only a run of the same config resumes from it. If the file is there

@@ -1,4 +1,5 @@
-"""mdsd.report and `mdsd report`: a tiny configuration runs, and its numbers equal direct API calls."""
+"""mdsd.harness.report and `mdsd report`: a tiny configuration runs, and its numbers equal direct API
+calls."""
 
 import csv
 import json
@@ -10,7 +11,7 @@ import torch
 
 import mdsd
 from mdsd.cli import main
-from mdsd.report import Block, ReportConfig, real_blocks, report, summarise
+from mdsd.harness.report import Block, ReportConfig, real_blocks, report, summarise
 
 TINY = ReportConfig(k=(1, 2, 3), temperatures=(0.3, 1.0), n=6, pairs=3, real=False, seed=5)
 
@@ -111,7 +112,7 @@ def test_a_vocabulary_smaller_than_k_skips_with_a_reason_regression_n_1(capsys):
     """Bug: mdsd report --n 1 (or --n 2 with k = 3) stopped on an internal law message; n = 1 is now refused
     up front, and the laws and verifiers that draw more distinct tokens than n are skipped, saying so."""
     assert main(["report", "--n", "1"]) == 2
-    assert capsys.readouterr().err.startswith("mdsd report: error: n must be >= 2")
+    assert capsys.readouterr().err.startswith("mdsd report: error: --n must be >= 2")
     rows = report(ReportConfig(k=(2, 3), temperatures=(1.0,), n=2, pairs=2, real=False))
     skipped = {(r["name"], r["k"]): r["skipped"] for r in rows if r["skipped"]}
     assert (
@@ -194,7 +195,7 @@ def test_cli_bad_flag_value_is_a_one_line_error(tmp_path, capsys):
 
 def test_real_blocks_take_evenly_spaced_rows_at_stored_temperatures(monkeypatch):
     """real_blocks with a stand-in corpus: only stored temperatures, ``real_rows`` rows spread evenly."""
-    import mdsd.report as report_module
+    import mdsd.harness.report as report_module
 
     generator = torch.Generator().manual_seed(0)
     p, q = mdsd.dirichlet_pair(12, 0.5, generator, batch=9)
@@ -254,3 +255,53 @@ def test_plots_zoom_on_real_acceptance_and_name_the_verifiers_at_zero_regression
     assert acceptance.get_ylim()[0] == pytest.approx(0.85)  # the lowest value, floored to 0.05
     labels = [t.get_text() for t in shown["report_gap_vs_k.png"].axes[0].get_legend().get_texts()]
     assert labels == ["rrs", "0 (optimal for its law): spechub, greedy, optimal"]
+
+
+def test_every_name_another_command_takes_is_taken_regression(tmp_path, capsys):
+    """Bug: `mdsd optimal --law wor` worked and `mdsd report --laws wor` did not; `optimal:wor`, listed by
+    `mdsd acceptance`, was refused by `mdsd report`. Laws and verifiers are read by their registries."""
+    from mdsd.laws import _REGISTRY
+    from mdsd.verifiers import verifier_names
+
+    every_law = tuple(_REGISTRY)  # names and aliases
+    every_verifier = (*verifier_names(paths=False), "optimal-wor")  # NAME:LAW and NAME-LAW
+    ReportConfig(laws=every_law, verifiers=every_verifier)
+    names = {"laws": ("wor",), "verifiers": ("optimal:wor",)}
+    rows = report(ReportConfig(**names, k=(2,), temperatures=(1.0,), n=5, pairs=2, real=False))
+    optimum, verifier = rows
+    assert (optimum["name"], optimum["law"]) == ("wor", "without_replacement")
+    assert (verifier["name"], verifier["law"]) == ("optimal:wor", "without_replacement")
+    assert verifier["optimum"] == pytest.approx(optimum["mean"])  # the optimal verifier reaches its optimum
+    flags = ["--k", "2", "--n", "5", "--pairs", "2", "--temperatures", "1", "--no-real", "--no-plots"]
+    argv = ["report", "--laws", "wor", "--verifiers", "optimal:wor", "optimal-wor", *flags]
+    assert main([*argv, "--output-dir", str(tmp_path)]) == 0
+    assert "OTM wor" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--n", "0"], "--n must be >= 2 (the toy vocabulary's size: two tokens at least), got 0"),
+        (
+            ["--n", "1"],
+            "--n must be >= 2, got 1: on a vocabulary of one token p = q and every acceptance is 1",
+        ),
+        (
+            ["--laws", "beam"],
+            "--laws: law must be one of iid, without_replacement (wor), hub, greedy, topk; got 'beam'",
+        ),
+        (
+            ["--verifiers", "block"],
+            "--verifiers: 'block' verifies whole trees in the tree decoder (a path rule)",
+        ),
+        (["--k", "0"], "--k: every number of drafts must be an integer >= 1, got 0"),
+        (["--real-rows", "0"], "--real-rows must be >= 1, got 0"),
+        (["--similarity", "2"], "--similarity must lie in [0, 1], got 2.0"),
+    ],
+)
+def test_errors_name_the_flags_regression(capsys, argv, message):
+    """Bug: `mdsd report --n 0` said "on a vocabulary of one token" (the reason for n = 1), and the
+    messages named the config's fields, not the command's flags."""
+    assert main(["report", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mdsd report: error: {message}") and err.count("\n") == 1

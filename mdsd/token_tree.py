@@ -15,7 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
-from mdsd.tree.sequoia import sequoia_parents
+from mdsd.sequoia import sequoia_parents
 from mdsd.validation import check_acceptance_vector, check_k
 
 __all__ = ["Tree"]
@@ -81,7 +81,7 @@ class Tree:
     def sequoia(cls, acceptance: Sequence[float], budget: int, max_depth: int) -> Tree:
         """Sequoia's tree: the most expected tokens for at most ``budget`` drafted nodes.
 
-        See :func:`mdsd.tree.sequoia.sequoia_parents`.
+        See :func:`mdsd.sequoia.sequoia_parents`.
         """
         return cls(sequoia_parents(acceptance, budget, max_depth))
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mdsd import Tree
-from mdsd.tree.sequoia import sequoia_value
+from mdsd.sequoia import sequoia_value
 
 
 def _plane_trees(nodes, depth, width):

@@ -8,7 +8,7 @@ k, the report averages over the pairs
 - the exact acceptance :math:`P(Y \\in \\operatorname{set}(\\bar x))` of each verifier
   (docs/mathematics.md §3), with its gap to the optimum of its own law.
 
-Rows are plain dicts, ready for :func:`mdsd.experiment.write_results`; ``mdsd report`` prints and
+Rows are plain dicts, ready for :func:`mdsd.harness.experiment.write_results`; ``mdsd report`` prints and
 plots them.
 """
 
@@ -24,7 +24,7 @@ import torch
 
 from mdsd import laws
 from mdsd.data import REAL_TEMPERATURES, real_pairs
-from mdsd.laws import DraftLaw, law_from_name, law_names
+from mdsd.laws import DraftLaw, law_class, law_from_name, law_names
 from mdsd.otm import optimal_acceptance
 from mdsd.toy import toy_pair
 from mdsd.validation import as_pair
@@ -53,12 +53,20 @@ class ReportConfig:
     seed: int = field(default=0, metadata={"help": "seed of the toy pairs (the same logits at every T)"})
 
     def __post_init__(self) -> None:
+        """Check every field (a message starts with its name, which ``mdsd report`` turns into its flag).
+        Laws and verifiers are read by their registries, so every name and alias ``mdsd optimal --law``
+        takes (``wor``) and every ``NAME:LAW`` / ``NAME-LAW`` form ``mdsd acceptance`` lists
+        (``optimal:wor``) is taken here too."""
         for name in self.laws:
-            if name not in LAWS:
-                raise ValueError(f"laws: unknown draft law {name!r}; choose from {', '.join(LAWS)}")
+            try:
+                law_class(name)
+            except ValueError as err:
+                raise ValueError(f"laws: {err}") from None
         for name in self.verifiers:
-            if name not in VERIFIERS:
-                raise ValueError(f"verifiers: unknown verifier {name!r}; choose from {', '.join(VERIFIERS)}")
+            try:
+                verifier_class(name)  # a node verifier, with its law; a path rule is refused, with why
+            except ValueError as err:
+                raise ValueError(f"verifiers: {err}") from None
         for k in self.k:
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                 raise ValueError(f"k: every number of drafts must be an integer >= 1, got {k!r}")
@@ -67,11 +75,14 @@ class ReportConfig:
                 raise ValueError(f"temperatures: every temperature must be finite and > 0, got {t}")
         if not 0.0 <= self.similarity <= 1.0:
             raise ValueError(f"similarity must lie in [0, 1], got {self.similarity}")
-        if min(self.pairs, self.real_rows) < 1:
-            raise ValueError(f"pairs and real_rows must be >= 1, got {self.pairs} and {self.real_rows}")
-        if self.n < 2:
+        for name, value in (("pairs", self.pairs), ("real_rows", self.real_rows)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 2 (the toy vocabulary's size: two tokens at least), got {self.n}")
+        if self.n == 1:
             raise ValueError(
-                f"n must be >= 2, got {self.n}: on a vocabulary of one token p = q and every acceptance is 1"
+                "n must be >= 2, got 1: on a vocabulary of one token p = q and every acceptance is 1"
             )
 
 
@@ -190,7 +201,9 @@ def report(
                 "k": k,
                 "kind": kind,
                 "name": name,
-                "law": name if kind == "optimum" else getattr(getattr(what, "law", None), "name", ""),
+                "law": law_class(name).name  # an alias (wor) recorded by its law's name
+                if kind == "optimum"
+                else getattr(getattr(what, "law", None), "name", ""),
                 "mean": None,  # None (JSON null) where the quantity is skipped
                 "ci95": None,
                 "optimum": None,

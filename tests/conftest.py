@@ -1,3 +1,5 @@
+"""Fixtures shared by the test folders (tests/hf, tests/harness, tests/sources): the tiny GGUF pair."""
+
 from __future__ import annotations
 
 import pytest
