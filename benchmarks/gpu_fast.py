@@ -26,18 +26,33 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
   lookup     prompt lookup's device table against the per-row lookup (benchmarks/bench_lookup.py; on CUDA
              compiled and captured too)
   hf         Hugging Face generate (default cache, and cache_implementation="static", which compiles)
+  heads      a feature head's forward (three shapes: MLP width, draft vocabulary) beside both models': eager,
+             captured, and fused at B = 1, t = 1; its time and its multiply-adds and bytes per token against
+             the target's
+  head_decode
+             decoding steps on the fast path with a feature head as the drafter beside the 0.5B-shaped
+             draft (autoregressive, chain:4, binary:3 at B = 1 and 64): step ms, tokens/s
+  ar_hf      autoregressive decoding like for like in one process: Hugging Face generate (static cache and
+             default) and mdsd's (captured, fused), the steady per-token time with prefill left out
 
     OUT=/tmp/gpu_out PYTHONPATH=$PWD python3 benchmarks/gpu_fast.py [section ...]   # in the order given
     python3 benchmarks/gpu_fast.py --small     # tiny shapes on the CPU: checks the script itself
 
 Each section runs in a process of its own (``--one-process``: all in this one), so that a device-side
 assert in one cannot fail the others; the environment, the model pair included, is rebuilt per section.
+Every file written carries ``provenance``: the command, the commit (and whether the tree differs from it),
+the time, the versions and the device.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 import os
+import platform
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -67,9 +82,44 @@ def log(msg: str) -> None:
 
 
 def save() -> None:
-    """Write every result so far (a cut run keeps what it finished)."""
+    """Write every result so far (a cut run keeps what it finished), with its :func:`provenance`."""
     OUT.mkdir(parents=True, exist_ok=True)
+    RES["provenance"] = provenance()
     (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def provenance() -> dict:
+    """Where the results come from: the command line, the commit and whether the working tree differs from
+    it (None where git or the repository is missing, as on a device machine's copy), the start time (UTC),
+    the versions of torch, transformers and mdsd, and the device."""
+    import transformers
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    changes = git("status", "--porcelain")
+    pyproject = ROOT / "pyproject.toml"
+    found = re.search(r'^version = "([^"]+)"', pyproject.read_text() if pyproject.is_file() else "", re.M)
+    started = datetime.datetime.fromtimestamp(T0, datetime.timezone.utc)
+    return {
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "commit": (git("rev-parse", "HEAD") or "").strip() or None,
+        "dirty": None if changes is None else bool(changes.strip()),
+        "changes": None if changes is None else changes.splitlines()[:30],
+        "started_utc": started.isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "mdsd": found.group(1) if found else None,
+        "device": torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else f"cpu ({platform.machine()})",
+    }
 
 
 def section(name, fn) -> None:
@@ -167,24 +217,36 @@ CONTEXT = 64 if SMALL else 256  # cache length of the forwards sections
 
 def static_forwards(model, B: int, tokens: tuple[int, ...]):
     """``(t, run)`` for each t in ``tokens``: ``run()`` is one static forward of ``model`` (mdsd's), t new
-    tokens for each of B rows after a cache of CONTEXT entries, run once already (so it can be captured)."""
+    tokens for each of B rows after a cache of CONTEXT entries, run once already (so it can be captured).
+    A feature head (``reads_features``) runs over its own static cache and reads random features [B, t, H]
+    where the decoder gives it the target's; every t keeps all t rows of logits, at T = 1."""
     from mdsd.tree.draft import causal
     from mdsd.tree.static import StaticLM
 
-    vocab = model.config.vocab_size
-    lm = StaticLM(model, B, CONTEXT + 64)
+    head = getattr(model, "reads_features", False)
+    vocab = model.vocab_size() if head else model.config.vocab_size
+    lm = model.static_cache(B, CONTEXT + 64, 1.0) if head else StaticLM(model, B, CONTEXT + 64)
+
+    def features(t: int) -> torch.Tensor | None:
+        if not head:
+            return None
+        weight = model.fc.weight
+        return torch.randn(B, t, model.head_config.layer.hidden_size, dtype=weight.dtype, device=DEV)
+
     real = torch.ones(B, CONTEXT, dtype=torch.bool, device=DEV)
     ids = torch.randint(vocab, (B, CONTEXT), device=DEV)
-    lm.forward(ids, causal(real), torch.arange(CONTEXT, device=DEV).expand(B, -1), 1, real)
-    lm.commit(torch.arange(CONTEXT, device=DEV).expand(B, -1), torch.full((B,), CONTEXT, device=DEV))
+    at = torch.arange(CONTEXT, device=DEV).expand(B, -1)
+    lm.forward(ids, causal(real), at, 1, real, features=features(CONTEXT))
+    lm.commit(at, torch.full((B,), CONTEXT, device=DEV))
     for t in tokens:
         new = torch.randint(vocab, (B, t), device=DEV)
         block = torch.ones(B, t, dtype=torch.bool, device=DEV)
         vis, pos = causal(block), CONTEXT + torch.arange(t, device=DEV).expand(B, -1)
+        read = features(t)
 
-        def run(new=new, vis=vis, pos=pos, t=t, block=block, lm=lm):
+        def run(new=new, vis=vis, pos=pos, t=t, block=block, lm=lm, f=read):
             lm.begin()
-            return lm.forward(new, vis, pos, t, block)[0]
+            return lm.forward(new, vis, pos, t, block, features=f)[0]
 
         run()
         yield t, run
@@ -515,6 +577,217 @@ def lookup() -> list[dict]:
     return json.loads((OUT / "lookup.json").read_text())["rows"]
 
 
+# (MLP width, draft vocabulary) of the feature heads on the 1.5B target: its own MLP and a 32,000-token draft
+# vocabulary, then narrower and smaller (FR-Spec's and EAGLE-3's draft vocabularies are 16-32k)
+HEADS = ((8960, 32000), (4096, 16384), (2048, 8192))
+FUSED = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"  # a forward or step fused, then captured
+
+
+def feature_head(intermediate: int, draft_vocab: int):
+    """A fresh feature head on the target (its draft vocabulary the first tokens: random weights make any
+    choice as good), of HEADS' shape at the qwen shapes, scaled with the target's MLP and vocabulary on
+    --small's tiny ones."""
+    shape, qwen = bench_decode.SHAPES[SHAPE][0], bench_decode.SHAPES["qwen"][0]
+    width = max(1, round(intermediate * shape[1] / qwen[1]))
+    rows = max(1, round(draft_vocab * shape[-1] / qwen[-1]))
+    target, _ = pair()
+    return mdsd.drafters.FeatureHead.from_target(target, torch.arange(rows), intermediate_size=width)
+
+
+def fused_ms(run) -> dict:
+    """``run`` compiled by inductor and captured (FUSED): its ``compile_s`` (the first call) and ``fused_ms``,
+    or ``fused_error``."""
+    from mdsd.tree.compiled import capture
+
+    try:
+        start = time.time()
+        fused = capture(run, FUSED)
+        fused()
+        compile_s = round(time.time() - start, 1)
+        return {"compile_s": compile_s, "fused_ms": ms(fused, 30)}
+    except Exception as err:
+        return {"fused_error": repr(err)[:300]}
+
+
+@torch.no_grad()
+def heads() -> list[dict]:
+    """A feature head's forward beside the target's and the draft's (:func:`static_forwards`: after a cache
+    of CONTEXT entries, all t rows of logits kept) at B = 1 (t = 1, 16) and B = 64 (t = 1): ``eager_ms``,
+    ``captured_ms`` (one CUDA graph) and at B = 1, t = 1 ``fused_ms`` (:func:`fused_ms`). ``ratio_captured``
+    (``ratio_fused``): the time over the target's at the same B and t; ``macs_ratio`` and ``bytes_ratio``:
+    :func:`mdsd.costs.forward_cost` per token over the target's, what the time ratio comes to where both
+    forwards are bound by reading their weights. The target first (the ratios' reference), the draft last."""
+    from mdsd.tree.compiled import capture
+
+    target, draft = pair()
+    base = mdsd.costs.forward_cost(target)
+    models = [
+        ("target", lambda: target),
+        *(("head", functools.partial(feature_head, *shape)) for shape in HEADS),
+        ("draft", lambda: draft),
+    ]
+    rows, reference = [], {}
+    for who, make in models:
+        model = make()
+        if who == "head":
+            config = model.head_config
+            shape = dict(intermediate=config.layer.intermediate_size, draft_vocab=config.draft_vocab)
+        else:
+            shape = dict(intermediate=model.config.intermediate_size, draft_vocab=model.config.vocab_size)
+        cost = mdsd.costs.forward_cost(model)
+        shape.update(macs_ratio=cost / base, bytes_ratio=cost.bytes / base.bytes)
+        for B, tokens in ((1, (1, 16)), (64, (1,))):
+            for t, run in static_forwards(model, B, tokens):
+                row = dict(model=who, **shape, B=B, tokens=t, context=CONTEXT)
+                try:
+                    row.update(eager_ms=ms(run, 10), captured_ms=ms(capture(run, FAST), 30))
+                    if B == 1 and t == 1:
+                        row.update(fused_ms(run))
+                except Exception as err:
+                    row["error"] = repr(err)[:300]
+                ref = reference.setdefault((B, t), row)  # the target's row
+                for kind in ("captured", "fused"):
+                    if f"{kind}_ms" in row and f"{kind}_ms" in ref:
+                        row[f"ratio_{kind}"] = row[f"{kind}_ms"] / ref[f"{kind}_ms"]
+                rows.append(row)
+                RES["heads"] = rows
+                save()
+                log(f"heads {json.dumps(row, default=str)}")
+    return rows
+
+
+@torch.no_grad()
+def head_decode() -> list[dict]:
+    """Decoding on the fast path (the step captured: FAST) with a feature head (HEADS[1]) as the drafter
+    beside the 0.5B-shaped draft: autoregressive, chain:4 (verifier single) and binary:3 (rrsw) at B = 1
+    and 64, 64 new tokens (16 with --small) from prompts of 64 random tokens, T = 0.6. ``steps``,
+    ``tokens_per_step``, ``step_ms`` and ``tokens_per_second`` over the steps after the first
+    (:func:`mdsd.costs.time_decode`; ``seconds_with_warm_up``: all of it, captures included). Random
+    weights: the acceptance means nothing; ``step_ms`` (what a step with each drafter costs) is the
+    figure."""
+    target, draft = pair()
+    drafters = {"none": None, "draft": draft, "head": feature_head(*HEADS[1])}
+    cfg = bench_decode.Config(
+        device=str(DEV), dtype=DTYPE, max_new_tokens=16 if SMALL else 64, prompt_tokens=64
+    )
+    cfg.temperature, cfg.verifier = 0.6, "rrsw"
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(target.config.vocab_size, (64, cfg.prompt_tokens), generator=gen).tolist()
+    rows = []
+    for B in (1, 64):
+        for spec, who in [
+            ("none", "none"),
+            *((s, d) for s in ("chain:4", "binary:3") for d in ("draft", "head")),
+        ]:
+            row = dict(path=FAST, tree=spec, drafter=who, batch=B)
+            try:
+                decoder = bench_decode._decoder(target, drafters[who], spec, cfg, FAST)
+                start = time.perf_counter()
+                timed = mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
+                row.update(
+                    steps=timed.steps,
+                    tokens_per_step=timed.tokens / (timed.steps * B),
+                    step_ms=1e3 * timed.seconds / timed.steps,
+                    tokens_per_second=timed.tokens / timed.seconds,
+                    seconds_with_warm_up=round(time.perf_counter() - start, 2),
+                )
+            except Exception as err:
+                row["error"] = repr(err)[:300]
+            rows.append(row)
+            RES["head_decode"] = rows
+            save()
+            log(f"head_decode {json.dumps(row, default=str)}")
+    return rows
+
+
+# new tokens of ar_hf's two decodes (56 steady decoding steps apart; 6 with --small) and the rounds timed
+AR_NEW, AR_REPEATS = ((1 + 2, 1 + 8), 3) if SMALL else ((1 + 8, 1 + 64), 5)
+
+
+@torch.no_grad()
+def ar_hf() -> list[dict]:
+    """Autoregressive decoding like for like, in one process and timed one way: Hugging Face ``generate``
+    with ``cache_implementation="static"`` (which compiles its decoding forward) and with its default
+    cache, and mdsd's (tree "none") captured (FAST) and fused (FUSED), at B = 1; then mdsd captured and
+    HF static (a second compile: last) at B = 64. See :func:`ar_rate`."""
+    target, _ = pair()
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(target.config.vocab_size, (64, 64), generator=gen)
+    cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, temperature=0.6)
+
+    def hf(static: bool, B: int):
+        prompt = prompts[:B].to(DEV)
+        kwargs = dict(do_sample=True, temperature=cfg.temperature, top_k=None, top_p=None, pad_token_id=0)
+        if static:
+            kwargs["cache_implementation"] = "static"
+        mask = torch.ones_like(prompt)
+        return lambda n: target.generate(
+            prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **kwargs
+        )
+
+    def mine(path: str, B: int):
+        decoder = bench_decode._decoder(target, None, "none", cfg, path)
+        rows = prompts[:B].tolist()
+        return lambda n: decoder.generate_batch(rows, n, torch.Generator(device=DEV).manual_seed(0))
+
+    runs = [
+        ("hf-generate-static", 1, lambda: hf(True, 1)),
+        ("hf-generate", 1, lambda: hf(False, 1)),
+        (f"mdsd-{FAST}", 1, lambda: mine(FAST, 1)),
+        (f"mdsd-{FUSED}", 1, lambda: mine(FUSED, 1)),
+        (f"mdsd-{FAST}", 64, lambda: mine(FAST, 64)),
+        ("hf-generate-static", 64, lambda: hf(True, 64)),
+    ]
+    rows = []
+    for method, B, make in runs:
+        row = dict(method=method, batch=B, new_tokens=list(AR_NEW), repeats=AR_REPEATS)
+        try:
+            row.update(ar_rate(make(), B))
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        RES["ar_hf"] = rows
+        save()
+        log(f"ar_hf {json.dumps(row, default=str)}")
+    return rows
+
+
+def ar_rate(decode, B: int) -> dict:
+    """The steady per-token time of ``decode(n)`` (a decode of n new tokens for B rows): after two warm-up
+    rounds (``warm_up_s``: compiles and captures included), AR_REPEATS rounds each time (wall clock, the
+    device synchronised) a decode of N2 = AR_NEW[1] tokens, then of N1 = AR_NEW[0] (N2 first: a static cache
+    sized for it serves both), and take (t(N2) - t(N1)) / (N2 - N1): the prefill and the first token leave
+    out. ``ms_per_token``: the rounds' median (``_min``, ``_max``: their spread); ``tokens_per_second``:
+    B / ms_per_token, with its spread; ``decode_ms``: the median wall time per length."""
+    n1, n2 = AR_NEW
+    start = time.perf_counter()
+    for _ in range(2):
+        decode(n2)
+        decode(n1)
+    sync()
+    warm_up = time.perf_counter() - start
+    per_token, walls = [], {n1: [], n2: []}
+    for _ in range(AR_REPEATS):
+        for n in (n2, n1):
+            sync()
+            start = time.perf_counter()
+            decode(n)
+            sync()
+            walls[n].append(1e3 * (time.perf_counter() - start))
+        per_token.append((walls[n2][-1] - walls[n1][-1]) / (n2 - n1))
+    mid, low, high = float(np.median(per_token)), min(per_token), max(per_token)
+    return {
+        "ms_per_token": mid,
+        "ms_per_token_min": low,
+        "ms_per_token_max": high,
+        "tokens_per_second": 1e3 * B / mid,
+        "tokens_per_second_min": 1e3 * B / high,
+        "tokens_per_second_max": 1e3 * B / low,
+        "decode_ms": {n: float(np.median(w)) for n, w in walls.items()},
+        "warm_up_s": round(warm_up, 1),
+    }
+
+
 PLAN = [
     ("env", env),
     ("forwards", forwards),
@@ -526,6 +799,9 @@ PLAN = [
     ("law", law),
     ("lookup", lookup),
     ("hf", hf),
+    ("heads", heads),
+    ("head_decode", head_decode),
+    ("ar_hf", ar_hf),
 ]
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The fast path's measurements for one short GPU session, in order of value, each under its own time limit
 # (benchmarks/gpu_fast.py's sections; a cut section keeps the rows it finished). Run on the device machine
-# from the repository root, with the highspy cp312 wheel carried in .whl/, as two calls of under 10 minutes:
+# from the repository root, with the highspy cp312 wheel carried in .whl/, as calls of under 10 minutes:
 #
 #   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, lookup, profiles  -> $OUT/gpu_fast.json
 #   bash benchmarks/gpu_session.sh 2    # syncs and law, fused forwards, fused steps, the optimal verifier
+#   bash benchmarks/gpu_session.sh 3    # feature heads: forwards, decoding steps; AR against HF, like for like
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
-# gpu_fast_checks.json, optimal_cuda.json (part 2) and the profiles profile_{target,draft}_static.json.
+# gpu_fast_checks.json, optimal_cuda.json (part 2), the profiles profile_{target,draft}_static.json, and
+# gpu_fast_heads.json, gpu_fast_head_decode.json, gpu_fast_ar_hf.json (part 3: about 5.5 minutes, at most
+# 7.7; each section in one process, so a section cut by its limit keeps the rows it finished).
 set -u
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/gpu_out}
@@ -26,8 +29,13 @@ case "${1:-1}" in
     timeout 100 python3 benchmarks/bench_optimal.py --device cuda --batches 1,1024 --inductor 1,1024 \
         --name optimal_cuda --out-dir "$OUT"
     ;;
+3)
+    GPU_FAST_RESULT=gpu_fast_heads.json timeout 150 python3 benchmarks/gpu_fast.py --one-process env heads
+    GPU_FAST_RESULT=gpu_fast_head_decode.json timeout 110 python3 benchmarks/gpu_fast.py --one-process head_decode
+    GPU_FAST_RESULT=gpu_fast_ar_hf.json timeout 200 python3 benchmarks/gpu_fast.py --one-process ar_hf
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh 1|2" >&2
+    echo "usage: bash benchmarks/gpu_session.sh 1|2|3" >&2
     exit 2
     ;;
 esac

@@ -126,7 +126,8 @@ class FeatureHead(nn.Module):
         with torch.no_grad():
             head.fc.weight.zero_()
             head.fc.weight[:, H:] = torch.eye(H)
-        return head.to(next(target.parameters()).dtype)
+        param = next(target.parameters())
+        return head.to(param.device, param.dtype)
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``head.safetensors`` and ``head.json`` into ``folder`` (created)."""
