@@ -94,7 +94,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @functools.cache
 def provenance() -> dict:
     """Where the results come from: the command line, the commit and whether the working tree differs from
-    it (None where git or the repository is missing, as on a device machine's copy), the start time (UTC),
+    it (where git or the repository is missing, as on a device machine's copy, the commit named in
+    ``$MDSD_COMMIT`` and dirty None), the start time (UTC),
     the versions of torch, transformers and mdsd, and the device."""
     import transformers
 
@@ -111,7 +112,9 @@ def provenance() -> dict:
     started = datetime.datetime.fromtimestamp(T0, datetime.timezone.utc)
     return {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "commit": (git("rev-parse", "HEAD") or "").strip() or None,
+        # a device machine's copy has no repository: whoever launches it names the commit in $MDSD_COMMIT
+        "commit": (git("rev-parse", "HEAD") or "").strip() or os.environ.get("MDSD_COMMIT") or None,
+        "commit_from": "git" if changes is not None else os.environ.get("MDSD_COMMIT") and "MDSD_COMMIT",
         "dirty": None if changes is None else bool(changes.strip()),
         "changes": None if changes is None else changes.splitlines()[:30],
         "started_utc": started.isoformat(timespec="seconds"),
