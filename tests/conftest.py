@@ -1,8 +1,20 @@
-"""Fixtures shared by the test folders (tests/hf, tests/harness, tests/sources): the tiny GGUF pair."""
+"""Fixtures shared by the test folders (tests/hf, tests/harness, tests/sources): the tiny GGUF pair; one torch
+thread per pytest-xdist worker."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``-n auto``) each worker is a process of its own: one torch thread each, so that
+    the workers share the cores instead of oversubscribing them."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
