@@ -94,8 +94,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @functools.cache
 def provenance() -> dict:
     """Where the results come from: the command line, the commit and whether the working tree differs from
-    it (where git or the repository is missing, as on a device machine's copy, the commit named in
-    ``$MDSD_COMMIT`` and dirty None), the start time (UTC),
+    it (on a device machine's copy, the commit named in ``$MDSD_COMMIT``), the start time (UTC),
     the versions of torch, transformers and mdsd, and the device."""
     import transformers
 
@@ -106,16 +105,18 @@ def provenance() -> dict:
             return None
         return done.stdout if done.returncode == 0 else None
 
-    changes = git("status", "--porcelain")
+    named = os.environ.get("MDSD_COMMIT")
+    changes = None if named else git("status", "--porcelain")
     pyproject = ROOT / "pyproject.toml"
     found = re.search(r'^version = "([^"]+)"', pyproject.read_text() if pyproject.is_file() else "", re.M)
     started = datetime.datetime.fromtimestamp(T0, datetime.timezone.utc)
     return {
         "command": shlex.join([sys.executable, *sys.argv]),
-        # a device machine's copy has no repository: whoever launches it names the commit in $MDSD_COMMIT
-        "commit": (git("rev-parse", "HEAD") or "").strip() or os.environ.get("MDSD_COMMIT") or None,
-        "commit_from": "git" if changes is not None else os.environ.get("MDSD_COMMIT") and "MDSD_COMMIT",
-        "dirty": None if changes is None else bool(changes.strip()),
+        # a device machine's copy is not the repository (it may hold a stale .git): whoever launches it names
+        # the commit it was copied from in $MDSD_COMMIT, which then wins over git
+        "commit": named or (git("rev-parse", "HEAD") or "").strip() or None,
+        "commit_from": "MDSD_COMMIT" if named else "git" if changes is not None else None,
+        "dirty": None if named or changes is None else bool(changes.strip()),
         "changes": None if changes is None else changes.splitlines()[:30],
         "started_utc": started.isoformat(timespec="seconds"),
         "torch": torch.__version__,
