@@ -224,6 +224,8 @@ def run_method(
     target, draft = _load(config, models)
     t = task["temperature"]
     method, predicted = make_method(task["method"], t, config)
+    if getattr(draft, "reads_features", False):
+        predicted = None  # the bundled corpus's acceptance vectors are the 0.5B draft's, not a head's
     result = compare([method], todo, target, draft, config.max_new_tokens, t, seed=config.seed)
     row = result.records()[0]
     outputs = [run.output for run in result.runs]
