@@ -253,16 +253,27 @@ def run_method(
     }
 
 
+def pair_directories(config: MethodsConfig) -> tuple[str, str]:
+    """(target, draft) directories of a sweep: ``config.target`` and ``config.draft``, each the cached
+    qwen2.5-coder pair's where not given (``--draft HEAD`` alone decodes the cached target with a head)."""
+    from mdsd.hf.load import pair_paths
+
+    if config.target and config.draft:
+        return config.target, config.draft
+    target, draft = map(str, pair_paths("qwen2.5-coder"))
+    return config.target or target, config.draft or draft
+
+
 def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list[list[int]]], dict]:
-    """``(models, prompts, described)`` of a sweep on a real pair: the pair's directories (``config.target``
-    / ``config.draft``, or the cached qwen2.5-coder pair), the first ``config.prompts_per_set``
+    """``(models, prompts, described)`` of a sweep on a real pair: the pair's directories
+    (:func:`pair_directories`), the first ``config.prompts_per_set``
     chat-templated prompts of each set in ``config.datasets`` as token lists (at most
     ``config.max_prompt_tokens`` each), and the pair described for the results' metadata."""
     from mdsd.data.prompts import prompts
     from mdsd.hf.fetch import describe_model
-    from mdsd.hf.load import load_tokenizer, pair_paths
+    from mdsd.hf.load import load_tokenizer
 
-    models = (config.target, config.draft) if config.target else tuple(map(str, pair_paths("qwen2.5-coder")))
+    models = pair_directories(config)
     tokenizer = load_tokenizer(models[0])
     todo = {
         name: [

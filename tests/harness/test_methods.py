@@ -14,7 +14,7 @@ import torch
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, save_corpus, truncate_logits
 from mdsd.data.prompts import PROMPT_SETS
-from mdsd.harness.methods import MethodsConfig, make_method
+from mdsd.harness.methods import MethodsConfig, make_method, pair_directories
 
 pytestmark = pytest.mark.slow  # experiments end to end on tiny models (pytest -m "not slow" leaves them out)
 
@@ -153,3 +153,14 @@ def test_method_specs(corpus):
             make_method(bad, 0.6, config)
     with pytest.raises(ValueError, match="--profiles"):
         make_method("chain:4/single/rate", 0.6, config)
+
+
+def test_a_draft_given_alone_is_used_with_the_cached_target_regression(monkeypatch):
+    """``--draft HEAD`` without ``--target`` decoded with the cached pair's 0.5B draft, silently: each of the
+    two directories is the cached pair's only where it is not given."""
+    cached = (Path("/cache/target"), Path("/cache/draft"))
+    monkeypatch.setattr(mdsd.hf.load, "pair_paths", lambda name: cached)
+    assert pair_directories(MethodsConfig(draft="/heads/kl")) == ("/cache/target", "/heads/kl")
+    assert pair_directories(MethodsConfig(target="/t")) == ("/t", "/cache/draft")
+    assert pair_directories(MethodsConfig(target="/t", draft="/d")) == ("/t", "/d")
+    assert pair_directories(MethodsConfig()) == ("/cache/target", "/cache/draft")
