@@ -132,6 +132,34 @@ def test_a_head_that_copies_the_target_is_accepted_whole():
         assert out.tokens_per_step[0] == 1 and set(out.tokens_per_step[1:-1]) == {5}, out.tokens_per_step
 
 
+@pytest.mark.parametrize("compile", [False, "none"])
+def test_decoding_reads_the_features_the_head_was_trained_on(compile):
+    """At T = 0 with one draft a step, the decoder accepts a step's draft exactly where the head's training
+    forward (each token with the target's feature of the position before it, as the features files store
+    them) agrees with the target's greedy token: the decoder pairs tokens and features as training does."""
+    target = tiny_lm(0, vocab=24)
+    head = FeatureHead.from_target(target, torch.arange(24))
+    with torch.no_grad():  # a head that agrees with the target at some positions and not at others
+        for param in head.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+    prompt = [3, 4, 5, 6]
+    dec = mdsd.TreeDecoder(target, head, mdsd.Tree.chain(1), "single", temperature=0.0, compile=compile)
+    out = dec.generate(torch.tensor([prompt]), 30)
+    ids = torch.tensor([prompt + out.tokens.tolist()])
+    with torch.no_grad():
+        f = target.get_decoder()(input_ids=ids).last_hidden_state
+        _, logits = head(
+            ids, torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1), torch.arange(ids.shape[1])[None]
+        )
+        agree = (head.vocab[logits[0].argmax(-1)] == target(ids).logits[0].argmax(-1)).tolist()
+    expected, at = [0], len(prompt)  # the prompt's read emits the first token; then each step drafts one
+    for _ in out.accepted_per_step[1:]:
+        expected.append(int(agree[at]))
+        at += 1 + expected[-1]
+    assert list(out.accepted_per_step) == expected
+    assert 0 < sum(expected) < len(expected) - 1  # both outcomes occur
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("compile", [False, "none"])
 @pytest.mark.parametrize("verifier", ["rrs", "spechub", "optimal"])
