@@ -32,6 +32,9 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
   head_decode
              decoding steps on the fast path with a feature head as the drafter beside the 0.5B-shaped
              draft (autoregressive, chain:4, binary:3 at B = 1 and 64): step ms, tokens/s
+  head_fused head_decode's steps at B = 1 fused by inductor, then captured
+  head_kernels
+             a captured chain:4 step's device kernels with the head and with the draft (torch.profiler)
   ar_hf      autoregressive decoding like for like in one process: Hugging Face generate (static cache and
              default) and mdsd's (captured, fused), the steady per-token time with prefill left out
 
@@ -669,6 +672,62 @@ def head_decode() -> list[dict]:
     (:func:`mdsd.costs.time_decode`; ``seconds_with_warm_up``: all of it, captures included). Random
     weights: the acceptance means nothing; ``step_ms`` (what a step with each drafter costs) is the
     figure."""
+    trees = [("none", "none"), *((s, d) for s in ("chain:4", "binary:3") for d in ("draft", "head"))]
+    return drafter_rows("head_decode", FAST, [(spec, who, B) for B in (1, 64) for spec, who in trees])
+
+
+@torch.no_grad()
+def head_fused() -> list[dict]:
+    """:func:`head_decode`'s steps fused by inductor, then captured (FUSED) at B = 1: autoregressive,
+    chain:4 with the head and with the draft, binary:3 with the head (each step shape compiles once:
+    ``seconds_with_warm_up``)."""
+    runs = [("none", "none", 1), ("chain:4", "head", 1), ("binary:3", "head", 1), ("chain:4", "draft", 1)]
+    return drafter_rows("head_fused", FUSED, runs)
+
+
+@torch.no_grad()
+def head_kernels() -> list[dict]:
+    """Where a captured chain:4 step's time goes, with the head and with the draft at B = 1: one decode of
+    16 new tokens under torch.profiler (CUDA activity; CUPTI reports the kernels a CUDA graph replays), the
+    device kernels per step, their summed time per step, and the ten costliest kernel names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    target, draft = pair()
+    drafters = {"draft": draft, "head": feature_head(*HEADS[1])}
+    cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=16, prompt_tokens=64)
+    cfg.temperature, cfg.verifier = 0.6, "rrsw"
+    prompts = torch.randint(target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+    activity = ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU
+    rows = []
+    for who in ("head", "draft"):
+        row = dict(path=FAST, tree="chain:4", drafter=who, batch=1)
+        try:
+            decoder = bench_decode._decoder(target, drafters[who], "chain:4", cfg, FAST)
+            mdsd.costs.time_decode(decoder, prompts.tolist(), cfg.max_new_tokens, cfg.seed)  # captures
+            with profile(activities=[activity]) as prof:
+                out = decoder.generate(prompts, cfg.max_new_tokens, torch.Generator().manual_seed(1))
+                sync()
+            steps = len(out.tokens_per_step)
+            key = "self_device_time_total" if DEV.type == "cuda" else "self_cpu_time_total"
+            events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+            events.sort(key=lambda e: -getattr(e, key))
+            row.update(
+                steps=steps,
+                kernels_per_step=sum(e.count for e in events) / steps,
+                kernel_ms_per_step=sum(getattr(e, key) for e in events) / 1e3 / steps,
+                top=[(e.key[:80], e.count, round(getattr(e, key) / 1e3, 3)) for e in events[:10]],
+            )
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        RES["head_kernels"] = rows
+        save()
+        log(f"head_kernels {json.dumps(row, default=str)[:600]}")
+    return rows
+
+
+def drafter_rows(name: str, path: str, runs: list[tuple[str, str, int]]) -> list[dict]:
+    """One row per (tree, drafter, B) on ``path``, saved as section ``name`` after each row."""
     target, draft = pair()
     drafters = {"none": None, "draft": draft, "head": feature_head(*HEADS[1])}
     cfg = bench_decode.Config(
@@ -678,29 +737,25 @@ def head_decode() -> list[dict]:
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(target.config.vocab_size, (64, cfg.prompt_tokens), generator=gen).tolist()
     rows = []
-    for B in (1, 64):
-        for spec, who in [
-            ("none", "none"),
-            *((s, d) for s in ("chain:4", "binary:3") for d in ("draft", "head")),
-        ]:
-            row = dict(path=FAST, tree=spec, drafter=who, batch=B)
-            try:
-                decoder = bench_decode._decoder(target, drafters[who], spec, cfg, FAST)
-                start = time.perf_counter()
-                timed = mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
-                row.update(
-                    steps=timed.steps,
-                    tokens_per_step=timed.tokens / (timed.steps * B),
-                    step_ms=1e3 * timed.seconds / timed.steps,
-                    tokens_per_second=timed.tokens / timed.seconds,
-                    seconds_with_warm_up=round(time.perf_counter() - start, 2),
-                )
-            except Exception as err:
-                row["error"] = repr(err)[:300]
-            rows.append(row)
-            RES["head_decode"] = rows
-            save()
-            log(f"head_decode {json.dumps(row, default=str)}")
+    for spec, who, B in runs:
+        row = dict(path=path, tree=spec, drafter=who, batch=B)
+        try:
+            decoder = bench_decode._decoder(target, drafters[who], spec, cfg, path)
+            start = time.perf_counter()
+            timed = mdsd.costs.time_decode(decoder, prompts[:B], cfg.max_new_tokens, cfg.seed)
+            row.update(
+                steps=timed.steps,
+                tokens_per_step=timed.tokens / (timed.steps * B),
+                step_ms=1e3 * timed.seconds / timed.steps,
+                tokens_per_second=timed.tokens / timed.seconds,
+                seconds_with_warm_up=round(time.perf_counter() - start, 2),
+            )
+        except Exception as err:
+            row["error"] = repr(err)[:300]
+        rows.append(row)
+        RES[name] = rows
+        save()
+        log(f"{name} {json.dumps(row, default=str)}")
     return rows
 
 
@@ -805,6 +860,8 @@ PLAN = [
     ("hf", hf),
     ("heads", heads),
     ("head_decode", head_decode),
+    ("head_fused", head_fused),
+    ("head_kernels", head_kernels),
     ("ar_hf", ar_hf),
 ]
 

@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_session.sh 1    # env, forwards, decode, hf, lookup, profiles  -> $OUT/gpu_fast.json
 #   bash benchmarks/gpu_session.sh 2    # syncs and law, fused forwards, fused steps, the optimal verifier
 #   bash benchmarks/gpu_session.sh 3    # feature heads: forwards, decoding steps; AR against HF, like for like
+#   bash benchmarks/gpu_session.sh 4    # a head's captured step by kernel; the head's steps fused (B = 1)
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
 # gpu_fast_checks.json, optimal_cuda.json (part 2), the profiles profile_{target,draft}_static.json, and
@@ -34,8 +35,12 @@ case "${1:-1}" in
     GPU_FAST_RESULT=gpu_fast_head_decode.json timeout 110 python3 benchmarks/gpu_fast.py --one-process head_decode
     GPU_FAST_RESULT=gpu_fast_ar_hf.json timeout 200 python3 benchmarks/gpu_fast.py --one-process ar_hf
     ;;
+4)
+    GPU_FAST_RESULT=gpu_fast_head_kernels.json timeout 90 python3 benchmarks/gpu_fast.py --one-process head_kernels
+    GPU_FAST_RESULT=gpu_fast_head_fused.json timeout 330 python3 benchmarks/gpu_fast.py --one-process head_fused
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh 1|2|3" >&2
+    echo "usage: bash benchmarks/gpu_session.sh 1|2|3|4" >&2
     exit 2
     ;;
 esac
