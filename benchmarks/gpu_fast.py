@@ -705,7 +705,9 @@ def head_kernels() -> list[dict]:
             decoder = bench_decode._decoder(target, drafters[who], "chain:4", cfg, FAST)
             mdsd.costs.time_decode(decoder, prompts.tolist(), cfg.max_new_tokens, cfg.seed)  # captures
             with profile(activities=[activity]) as prof:
-                out = decoder.generate(prompts, cfg.max_new_tokens, torch.Generator().manual_seed(1))
+                out = decoder.generate(
+                    prompts.to(DEV), cfg.max_new_tokens, torch.Generator(DEV).manual_seed(1)
+                )
                 sync()
             steps = len(out.tokens_per_step)
             key = "self_device_time_total" if DEV.type == "cuda" else "self_cpu_time_total"
