@@ -692,11 +692,8 @@ def head_kernels() -> list[dict]:
     device kernels per step, their summed time per step, and the ten costliest kernel names."""
     from torch.profiler import ProfilerActivity, profile
 
-    target, draft = pair()
-    drafters = {"draft": draft, "head": feature_head(*HEADS[1])}
-    cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=16, prompt_tokens=64)
-    cfg.temperature, cfg.verifier = 0.6, "rrsw"
-    prompts = torch.randint(target.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+    target, drafters, cfg, prompts = drafter_setup(16)
+    prompts = torch.tensor(prompts[:1])
     activity = ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU
     rows = []
     for who in ("head", "draft"):
@@ -728,16 +725,22 @@ def head_kernels() -> list[dict]:
     return rows
 
 
-def drafter_rows(name: str, path: str, runs: list[tuple[str, str, int]]) -> list[dict]:
-    """One row per (tree, drafter, B) on ``path``, saved as section ``name`` after each row."""
+def drafter_setup(new_tokens: int) -> tuple:
+    """What the drafter sections decode with: the target, the drafters by name ("none", the 0.5B-shaped
+    "draft", the HEADS[1] "head"), bench_decode's config (T = 0.6, RRSw at multi-draft nodes, ``new_tokens``
+    new tokens) and 64 prompts of 64 random tokens (token lists)."""
     target, draft = pair()
     drafters = {"none": None, "draft": draft, "head": feature_head(*HEADS[1])}
-    cfg = bench_decode.Config(
-        device=str(DEV), dtype=DTYPE, max_new_tokens=16 if SMALL else 64, prompt_tokens=64
-    )
+    cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=new_tokens, prompt_tokens=64)
     cfg.temperature, cfg.verifier = 0.6, "rrsw"
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(target.config.vocab_size, (64, cfg.prompt_tokens), generator=gen).tolist()
+    return target, drafters, cfg, prompts
+
+
+def drafter_rows(name: str, path: str, runs: list[tuple[str, str, int]]) -> list[dict]:
+    """One row per (tree, drafter, B) on ``path``, saved as section ``name`` after each row."""
+    target, drafters, cfg, prompts = drafter_setup(16 if SMALL else 64)
     rows = []
     for spec, who, B in runs:
         row = dict(path=path, tree=spec, drafter=who, batch=B)
