@@ -29,10 +29,19 @@ step for exactly those weights, so an unconverged solve costs acceptance, never 
 **Many light tokens.** Where a level holds more than :data:`MANY` tokens light enough to be summed in
 groups by :func:`~mdsd.verifiers.optimal.luce.luce_law`, they share weights by bins of log(F*/q) (for a light
 token F ≈ q ψ(w), ψ increasing, so tokens of one ratio want one weight), and the solver fits each bin's
-total target; the bins' width trades acceptance (about width/8 of their target mass) for nodes. The solver
-stops once Σ |F_θ − F*| over its units is below :data:`TOLERANCE`, or below :data:`SETTLED` of the
-acceptance the bins give up (:data:`BIN_LOSS` per binned level): measured on full-vocabulary pairs, the
-steps past that point change the acceptance by under 3e-7 and cost half the solve.
+total target; the bins' width trades acceptance (about width/8 of their target mass) for nodes.
+
+**Which weights, and when to stop.** The objective is the acceptance, not the fit: every iterate's
+Σ min(F_θ, p) is computed from its law (exactly, for the levels whose weights do not matter: a token
+alone at its level has F = F*), and the iterate of largest value is returned, the start included, so the
+steps never make the rule worse than its start. The solver stops once the acceptance that further steps
+can still buy, R = min(α*_wor − A, Σ_u (F*(u) − F_θ(u))+) (:func:`remaining`), is at most
+:data:`RTOL` · α*_wor, or when :data:`STALL` steps have not raised A.
+
+**Warm start.** ``init`` (log-weights [n], e.g. the previous node's; consecutive positions of a decode
+share most of their tokens' weights) replaces the start log(F*/q). The law returned is computed afresh
+for exactly the weights returned, so a start, good or bad, only moves the acceptance (the best-iterate
+rule keeps it at least the start's); the verifier stays lossless.
 
 Luce (1959); Hunter, "MM algorithms for generalized Bradley-Terry models", Ann. Statist. 2004; Walker &
 Ni, "Anderson acceleration for fixed-point iterations", SIAM J. Numer. Anal. 2011.
@@ -51,12 +60,11 @@ from mdsd.sampling import inverse_cdf
 from mdsd.verifiers.ops import take
 from mdsd.verifiers.optimal.luce import light_tokens, luce_law, merge_levels
 
-__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select"]
+__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select", "remaining"]
 
 COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
-TOLERANCE = 1e-8  # stop once Σ |F_θ − F*| over the solver's units is below this (coarse law) ...
-SETTLED = 0.05  # ... or below this share of the acceptance the bins give up (BIN_LOSS per binned level)
-STALL = 8  # ... or once this many steps have not lowered it (the coarse law's rounding floor)
+RTOL = 1e-5  # stop once the acceptance further steps can still buy is below this share of α*_wor ...
+STALL = 8  # ... or once this many steps have not raised the best Σ min(F_θ, p)
 ITERATIONS = 40  # most MM / Anderson steps
 HISTORY = 3  # Anderson mixing depth (deeper mixes stall on the coarse law's rounding)
 SPREAD = 60.0  # log-weights of a level stay within [−SPREAD, 0]
@@ -83,9 +91,12 @@ class LuceRule:
     target : ndarray [n]
         The optimal F* the weights were fitted to.
     distance : float
-        Σ |F_θ − F*| over the solver's units (tokens, or bins of light tokens) at its last step (coarse law).
+        Σ |F_θ − F*| over the solver's units (tokens, or bins of light tokens) at the weights returned
+        (coarse law).
     iterations : int
         Solver steps taken.
+    remaining : float
+        Bound on the acceptance further steps could still buy when the solver stopped (:func:`remaining`).
     """
 
     level: np.ndarray
@@ -95,6 +106,7 @@ class LuceRule:
     target: np.ndarray
     distance: float
     iterations: int
+    remaining: float
 
 
 def levels_of(order: np.ndarray, slack: np.ndarray, tight: float = TIGHT) -> np.ndarray:
@@ -123,10 +135,8 @@ def _anderson(x: np.ndarray, r: np.ndarray, xs: list, rs: list, scale: np.ndarra
     return x + r - (dx + dr) @ gamma
 
 
-def _units(
-    q: np.ndarray, target: np.ndarray, level: np.ndarray, free: np.ndarray, k: int
-) -> tuple[np.ndarray, int]:
-    """The solver's unknowns: unit [n] (−1: not free), and the number of levels binned. A free token is
+def _units(q: np.ndarray, target: np.ndarray, level: np.ndarray, free: np.ndarray, k: int) -> np.ndarray:
+    """The solver's unknowns: unit [n] (−1: not free). A free token is
     its own unit, except the light tokens of a level holding more than :data:`MANY` of them: those share
     a unit per bin of log(F*/q) (the weight a light token needs is a function of F*/q), of width
     δ = 8 · :data:`BIN_LOSS` / p(bin tokens) within [:data:`WIDTHS`] (a bin's tokens then miss their F*
@@ -135,7 +145,7 @@ def _units(
     unit = np.full(q.size, -1)
     light = light_tokens(q, k)
     binned = np.zeros(q.size, dtype=bool)
-    count = levels = 0
+    count = 0
     for lev in np.unique(level[free]):
         mine = free & (level == lev)
         many = mine & light
@@ -152,74 +162,123 @@ def _units(
         unit[many] = count + ids.reshape(-1)
         count += int(ids.max()) + 1
         binned |= many
-        levels += 1
     alone = free & ~binned
     unit[alone] = count + np.arange(np.count_nonzero(alone))
-    return unit, levels
+    return unit
 
 
 def luce_rule(
     p: np.ndarray,
     q: np.ndarray,
     k: int,
-    tolerance: float = TOLERANCE,
+    rtol: float = RTOL,
     iterations: int = ITERATIONS,
     step: float | None = None,
+    init: np.ndarray | None = None,
 ) -> LuceRule:
-    """Levels and weights whose Luce law approaches the optimal F* for k drafts without replacement.
+    r"""Levels and weights whose Luce law approaches the optimal F* for k drafts without replacement.
 
-    p, q [n] float64 distributions (q with at least k positive entries). The solver stops at a distance
-    max(``tolerance``, :data:`SETTLED` · :data:`BIN_LOSS` · levels binned), when it stalls, or after
-    ``iterations`` steps (0: the starting weights F*/q); ``step`` is the fine step of the final law
-    (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`).
+    p, q [n] float64 distributions (q with at least k positive entries). The solver starts from ``init``
+    (log-weights [n], e.g. the previous node's :attr:`LuceRule.log_weight`; only differences within a
+    level matter, a non-finite entry takes the cold start there) or, by default, from log(F*/q), takes at
+    most ``iterations`` steps (0: the start), and returns the iterate of largest Σ min(F_θ, p). It stops
+    once the acceptance that further steps can still buy is at most ``rtol`` · α*_wor
+    (:func:`remaining`), or when :data:`STALL` steps have not raised it. ``step`` is the fine step of the
+    final law (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`).
+
+    Whatever the start and the steps, the law returned is computed afresh for exactly the weights
+    returned, so the start changes the acceptance, never the verifier's output law.
 
     >>> rule = luce_rule(np.array([0.0, 0.5, 0.5]), np.array([0.6, 0.2, 0.2]), 2)
     >>> rule.level.tolist(), bool(abs(rule.law[1:].sum() - 1.0) < 1e-12)  # token 0 last, never chosen
     ([1, 0, 0], True)
     """
+    if not rtol >= 0.0:
+        raise ValueError(f"rtol must be >= 0; got {rtol}")
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0; got {iterations}")
     target = optimal_selection_law(p, q, WithoutReplacement(k))
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if init is not None and np.shape(init) != q.shape:
+        raise ValueError(f"init must be log-weights of shape {q.shape}; got shape {np.shape(init)}")
     level = levels_of(target.order, target.slack)
     drafted = q > 0
     counts = np.bincount(level[drafted], minlength=level.max() + 1)
     free = drafted & (counts[level] > 1)  # tokens whose weight matters
     wanted = target.law
-    unit, binned = _units(q, wanted, level, free, k)
-    settled = max(tolerance, SETTLED * BIN_LOSS * binned)  # closer than this is lost in the bins
+    best_value = float(np.minimum(wanted, p).sum())  # α*_wor
+    fixed = float(np.minimum(wanted[~free], p[~free]).sum())  # a token alone at its level has F = F*
+    unit = _units(q, wanted, level, free, k)
     units = int(unit.max()) + 1
     unit_want = np.bincount(unit[free], weights=wanted[free], minlength=units)
     unit_q = np.bincount(unit[free], weights=q[free], minlength=units)
     with np.errstate(divide="ignore"):
         x = np.log(unit_want) - np.log(unit_q)
+    if init is not None:
+        x = _warm(x, unit, free, np.asarray(init, dtype=np.float64))
     unit_level = np.zeros(units, dtype=np.int64)
     unit_level[unit[free]] = level[free]
     x = _normalise(x, unit_level)
-    solved = np.unique(level[free])
-    merged = merge_levels(level, solved)  # for the solver: the levels in between as one level each
+    merged = merge_levels(level, np.unique(level[free]))  # for the solver: the levels in between as one each
     only = np.unique(merged[free])
-    distance, best, taken = np.inf, np.inf, 0
-    history: list[float] = []
+    kept, least = None, np.inf  # the best iterate (x, Σ min(F_θ, p), distance, bound); least distance
     xs: list = []
     rs: list = []
     scale = np.sqrt(unit_want)
     theta = np.zeros(q.size)
-    for taken in range(1, iterations + 1):  # noqa: B007
+    taken = 0
+    for taken in range(iterations + 1):  # noqa: B007
         theta[free] = x[unit[free]]
         law = luce_law(q, merged, theta, k, step=COARSE, only=only).law
         unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
         distance = float(np.abs(unit_law - unit_want).sum())
-        history.append(distance)
-        if distance <= settled or (len(history) > STALL and min(history[-STALL:]) >= min(history[:-STALL])):
+        accepted = fixed + float(np.minimum(law[free], p[free]).sum())
+        if kept is None or accepted > kept[1]:
+            kept, since = (x, accepted, distance), 0
+        else:
+            since += 1
+        bound = remaining(best_value, kept[1], unit_want, unit_law)
+        if bound <= rtol * best_value or since >= STALL or taken == iterations:
             break
-        if distance > 4.0 * best:  # Anderson blew up: restart from a plain MM step
+        if distance > 4.0 * least:  # Anderson blew up: restart from a plain MM step
             xs.clear()
             rs.clear()
-        best = min(best, distance)
+        least = min(least, distance)
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.clip(np.nan_to_num(np.log(unit_want) - np.log(unit_law), nan=0.0), -SPREAD, SPREAD)
         x = _normalise(_anderson(x, r, xs, rs, scale), unit_level)
-    theta[free] = x[unit[free]]
+    theta[free] = kept[0][unit[free]]
     final = luce_law(q, level, theta, k, step=step)
-    return LuceRule(level, theta, final.law, final.error, wanted, distance, taken)
+    return LuceRule(level, theta, final.law, final.error, wanted, kept[2], taken, bound)
+
+
+def remaining(best: float, accepted: float, unit_want: np.ndarray, unit_law: np.ndarray) -> float:
+    r"""Bound on the acceptance Σ min(F, p) that further solver steps can still buy.
+
+    With α*_wor = Σ min(F*, p) (``best``), A the best iterate's Σ min(F_θ, p) (``accepted``) and the
+    units' laws F_θ(u) against their targets F*(u) (``unit_law``, ``unit_want`` [U]):
+
+    .. math:: R = \min\Bigl(\alpha^*_{wor} - A,\ \sum_u \bigl(F^*(u) - F_\theta(u)\bigr)_+\Bigr).
+
+    The first term bounds what any rule can still gain (no lossless rule beats α*_wor). The second is
+    what reaching the solver's fixed point can still buy: min(·, p) is 1-Lipschitz and increasing, so
+    moving F_θ to F* raises Σ min(F, p) by at most Σ (F* − F_θ)+ (exact per token; for a bin of light
+    tokens sharing one weight, whose laws move in proportion, to first order), which the units' sum is.
+
+    >>> remaining(1.0, 0.75, np.array([0.5, 0.5]), np.array([0.375, 0.625]))  # half the distance 0.25
+    0.125
+    """
+    return max(0.0, min(best - accepted, float(np.maximum(unit_want - unit_law, 0.0).sum())))
+
+
+def _warm(x: np.ndarray, unit: np.ndarray, free: np.ndarray, init: np.ndarray) -> np.ndarray:
+    """The units' start [U] from log-weights ``init`` [n]: each unit's mean of init over its tokens,
+    x (the cold start) where one of them is not finite (the weights' levels may differ)."""
+    ids = unit[free]
+    good = np.bincount(ids, weights=np.isfinite(init[free]), minlength=x.size)
+    total = np.bincount(ids, weights=np.where(np.isfinite(init[free]), init[free], 0.0), minlength=x.size)
+    size = np.bincount(ids, minlength=x.size)
+    return np.where((good == size) & (size > 0), total / np.maximum(size, 1), x)
 
 
 def _normalise(x: np.ndarray, level: np.ndarray) -> np.ndarray:

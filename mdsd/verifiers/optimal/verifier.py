@@ -131,6 +131,13 @@ class OptimalVerifier(Verifier):
     wor_rule : str
         Drafts without replacement beyond ``flow_tuples``: ``"luce"`` (default, the Luce rule with levels)
         or ``"fallback"`` (the i.i.d. stream; see the module docstring).
+    warm_start : bool
+        The Luce rule of a new pair starts from the last pair's weights (``init`` of
+        :func:`~mdsd.verifiers.optimal.luce_rule.luce_rule`) instead of log(F*/q): fewer steps where
+        consecutive pairs are alike. Lossless either way (the law is computed for the weights used), but
+        a pair's weights, hence its acceptance to the solver's tolerance and the tokens drawn under given
+        uniforms, then depend on the pair solved before it. Default off: a pair's rule is a function of
+        the pair alone.
 
     >>> from mdsd.verifiers import verifier
     >>> verifier("optimal", 2).acceptance([1.0, 0.0], [0.5, 0.5])
@@ -145,13 +152,21 @@ class OptimalVerifier(Verifier):
     laws = ("iid", "wor")
 
     def __init__(
-        self, k: int, law: str | DraftLaw = "iid", flow_tuples: int = FLOW_TUPLES, wor_rule: str = "luce"
+        self,
+        k: int,
+        law: str | DraftLaw = "iid",
+        flow_tuples: int = FLOW_TUPLES,
+        wor_rule: str = "luce",
+        warm_start: bool = False,
     ) -> None:
         self._law_spec = law
         self.flow_tuples = check_k(flow_tuples, "flow_tuples", minimum=0)
         if wor_rule not in ("luce", "fallback"):
             raise ValueError(f"wor_rule must be 'luce' or 'fallback'; got {wor_rule!r}")
         self.wor_rule = wor_rule
+        if not isinstance(warm_start, bool):
+            raise TypeError(f"warm_start must be a bool; got {warm_start!r}")
+        self.warm_start = warm_start
         self._pair_cache: tuple[torch.Tensor, torch.Tensor, object, object] | None = None
         self._shared = False  # within simulate's calls (Rows.shared): one pair, its whole stack on the host
         self._luce_cache: tuple[np.ndarray, np.ndarray, LuceRule] | None = None
@@ -199,11 +214,14 @@ class OptimalVerifier(Verifier):
         The last pair's rule is reused for a pair equal to it up to the rounding of a normalisation
         (every entry within :data:`SAME_PAIR_RTOL` of it, relatively: the same zeros). :meth:`acceptance`
         (NumPy) and :meth:`simulate` / :meth:`verify` (torch) normalise the same input by different sums,
-        a few ulps apart, and the rule costs seconds at full vocabulary.
+        a few ulps apart, and the rule costs seconds at full vocabulary. With ``warm_start`` a new pair's
+        solve starts from the last pair's weights.
         """
         cached = self._luce_cache
         if cached is None or not (_same_vector(cached[0], p) and _same_vector(cached[1], q)):
-            self._luce_cache = cached = (p.copy(), q.copy(), luce_rule(p, q, self.k))
+            warm = self.warm_start and cached is not None and cached[1].shape == q.shape
+            rule = luce_rule(p, q, self.k, init=cached[2].log_weight if warm else None)
+            self._luce_cache = cached = (p.copy(), q.copy(), rule)
         return cached[2]
 
     def reads_back(self, n: int) -> bool:
