@@ -38,10 +38,11 @@ steps never make the rule worse than its start. The solver stops once the accept
 can still buy, R = min(α*_wor − A, Σ_u (F*(u) − F_θ(u))+) (:func:`remaining`), is at most
 :data:`RTOL` · α*_wor, or when :data:`STALL` steps have not raised A.
 
-**Warm start.** ``init`` (log-weights [n], e.g. the previous node's; consecutive positions of a decode
-share most of their tokens' weights) replaces the start log(F*/q). The law returned is computed afresh
-for exactly the weights returned, so a start, good or bad, only moves the acceptance (the best-iterate
-rule keeps it at least the start's); the verifier stays lossless.
+**Warm start.** ``init`` (log-weights [n], e.g. the previous node's) replaces the start log(F*/q):
+it helps where consecutive pairs are alike; on recorded decode positions the cold start is often within
+the stop already, so :class:`~mdsd.verifiers.optimal.OptimalVerifier` warm-starts only when asked. The
+law returned is computed afresh for exactly the weights returned, so a start, good or bad, only moves
+the acceptance (the best-iterate rule keeps it at least the start's); the verifier stays lossless.
 
 Luce (1959); Hunter, "MM algorithms for generalized Bradley-Terry models", Ann. Statist. 2004; Walker &
 Ni, "Anderson acceleration for fixed-point iterations", SIAM J. Numer. Anal. 2011.
