@@ -59,9 +59,9 @@ from mdsd.laws import WithoutReplacement
 from mdsd.otm.selection import optimal_selection_law
 from mdsd.sampling import inverse_cdf
 from mdsd.verifiers.ops import take
-from mdsd.verifiers.optimal.luce import light_tokens, luce_law, merge_levels
+from mdsd.verifiers.optimal.luce import light_tokens, luce_hits, luce_law, merge_levels
 
-__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select", "remaining"]
+__all__ = ["LuceRule", "luce_rule", "levels_of", "luce_select", "remaining", "luce_acceptance"]
 
 COARSE = 0.35  # trapezoid step in log u of the law inside the solver (relative accuracy ~1e-10)
 RTOL = 1e-5  # stop once the acceptance further steps can still buy is below this share of α*_wor ...
@@ -222,7 +222,9 @@ def luce_rule(
     x = _normalise(x, unit_level)
     merged = merge_levels(level, np.unique(level[free]))  # for the solver: the levels in between as one each
     only = np.unique(merged[free])
-    kept, least = None, np.inf  # the best iterate (x, Σ min(F_θ, p), distance, bound); least distance
+    kept, least = None, np.inf  # the best iterate (x, Σ min(F_θ, p), distance); least distance
+    closest = None  # the iterate of least distance (x, distance): the fixed point's side
+    start = None  # the first iterate (x, distance)
     xs: list = []
     rs: list = []
     scale = np.sqrt(unit_want)
@@ -234,6 +236,10 @@ def luce_rule(
         unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
         distance = float(np.abs(unit_law - unit_want).sum())
         accepted = fixed + float(np.minimum(law[free], p[free]).sum())
+        if closest is None or distance < closest[1]:
+            closest = (x, distance)
+        if start is None:
+            start = (x, distance)
         if kept is None or accepted > kept[1]:
             kept, since = (x, accepted, distance), 0
         else:
@@ -249,8 +255,52 @@ def luce_rule(
             r = np.clip(np.nan_to_num(np.log(unit_want) - np.log(unit_law), nan=0.0), -SPREAD, SPREAD)
         x = _normalise(_anderson(x, r, xs, rs, scale), unit_level)
     theta[free] = kept[0][unit[free]]
-    final = luce_law(q, level, theta, k, step=step)
-    return LuceRule(level, theta, final.law, final.error, wanted, kept[2], taken, bound)
+    final, distance = luce_law(q, level, theta, k, step=step), kept[2]
+    if bound > rtol * best_value:
+        # Stalled short of the stop. Σ min(F_θ, p) only bounds the acceptance from below (a rejected
+        # selection's residual draw may land on another draft): an iterate of smaller bound can accept more,
+        # up to α*_wor (seen on a near one-hot q). Keep whichever of the largest bound's, the start's and the
+        # closest to F* accepts most, exactly.
+        exact = luce_acceptance(p, q, level, theta, final.law, k, step)
+        seen = {id(kept[0])}
+        for other, other_distance in (start, closest):
+            if id(other) in seen:
+                continue
+            seen.add(id(other))
+            near = theta.copy()
+            near[free] = other[unit[free]]
+            law = luce_law(q, level, near, k, step=step)
+            value = luce_acceptance(p, q, level, near, law.law, k, step)
+            if value > exact:
+                theta, final, distance, exact = near, law, other_distance, value
+    return LuceRule(level, theta, final.law, final.error, wanted, distance, taken, bound)
+
+
+def luce_acceptance(
+    p: np.ndarray,
+    q: np.ndarray,
+    level: np.ndarray,
+    log_weight: np.ndarray,
+    law: np.ndarray,
+    k: int,
+    step: float | None = None,
+) -> float:
+    r"""The exact acceptance of the two-step verifier with a Luce rule (levels, log-weights) whose law
+    is F (``law``): Σ min(F, p), plus the residual draws from norm((p − F)+) that land on another draft
+    after a rejection (:func:`~mdsd.verifiers.optimal.luce.luce_hits`, within the law's relative error).
+
+    >>> q, p = np.array([0.5, 0.5]), np.array([1.0, 0.0])
+    >>> rule = luce_rule(p, q, 2)
+    >>> round(luce_acceptance(p, q, rule.level, rule.log_weight, rule.law, 2), 12)  # both drafted
+    1.0
+    """
+    excess = np.maximum(law - p, 0.0)
+    reject = np.divide(excess, law, out=np.zeros_like(law), where=excess > 0)
+    gain = np.maximum(p - law, 0.0)
+    accepted = float(np.minimum(law, p).sum())
+    if gain.sum() == 0 or not reject.any():
+        return accepted
+    return accepted + luce_hits(q, level, log_weight, k, reject, gain / gain.sum(), step)
 
 
 def remaining(best: float, accepted: float, unit_want: np.ndarray, unit_law: np.ndarray) -> float:

@@ -49,8 +49,7 @@ from mdsd.verifiers.ops import Uniforms, take
 from mdsd.verifiers.optimal.fallback import fallback_acceptance
 from mdsd.verifiers.optimal.layout import draft_depths, iid_layout, pair_depths, pair_layout, window_tops
 from mdsd.verifiers.optimal.layout_reference import least_depth_odds, reference_select, stack_pieces
-from mdsd.verifiers.optimal.luce import luce_hits
-from mdsd.verifiers.optimal.luce_rule import LuceRule, luce_rule, luce_select
+from mdsd.verifiers.optimal.luce_rule import LuceRule, luce_acceptance, luce_rule, luce_select
 from mdsd.verifiers.optimal.twostep import selection_acceptance, two_step
 from mdsd.verifiers.reference import draw_index, normalized, onehot
 from mdsd.verifiers.registry import register
@@ -446,14 +445,7 @@ class OptimalVerifier(Verifier):
         """Σ min(F, p) plus the residual draws (norm((p − F)+)) landing on another draft after a rejection."""
         p, q = p / p.sum(), q / q.sum()  # as the kernel sees them
         rule = self._luce(p, q)
-        law = rule.law
-        excess = np.maximum(law - p, 0.0)
-        reject = np.divide(excess, law, out=np.zeros_like(law), where=excess > 0)
-        gain = np.maximum(p - law, 0.0)
-        accepted = float(np.minimum(law, p).sum())
-        if gain.sum() == 0 or not reject.any():
-            return accepted
-        return accepted + luce_hits(q, rule.level, rule.log_weight, self.k, reject, gain / gain.sum())
+        return luce_acceptance(p, q, rule.level, rule.log_weight, rule.law, self.k)
 
     def _verify_luce(self, p, q, drafts, u: Uniforms) -> torch.Tensor:
         """Select with the rows' Luce rules (solved on the host), then accept against their laws F."""

@@ -168,21 +168,16 @@ def output_law(p, q, k, rule):
 @pytest.mark.parametrize(("k", "count"), [(2, 70), (3, 70), (4, 60)])
 def test_verifier_output_law_and_acceptance_by_enumeration(k, count):
     """Output law = p to 1e-12 on adversarial pairs; acceptance() is the enumerated value and reaches
-    α*_wor (LP) to RTOL relative wherever the solver stopped on its bound, which it does on all pairs but
-    at most one per k (seed 43, pair 60: q one-hot to 1e-6, the solve stalls 5e-3 short)."""
-    v, stalled = OptimalVerifier(k, law="wor", flow_tuples=0), 0
+    α*_wor (LP) to RTOL relative, also where the solve stalls short of its stop (seed 43, pair 60: q
+    one-hot to 1e-6; there the start accepts α*_wor, exactly, while its Σ min(F, p) is 0.16)."""
+    v = OptimalVerifier(k, law="wor", flow_tuples=0)
     for p, q in cases(k, count, seed=40 + k):
         rule = v.luce(p, q)
         law, accepted = output_law(p, q, k, rule)
         np.testing.assert_allclose(law, p, rtol=0, atol=1e-12, err_msg=f"p={p} q={q}")
         assert v.acceptance(p, q) == pytest.approx(accepted, abs=1e-12), (p, q)
         best = mdsd.optimal_acceptance(p, q, mdsd.WithoutReplacement(k), method="lp")
-        assert accepted <= best + 1e-9, (p, q)
-        if rule.remaining > luce_rule_module.RTOL * best:
-            stalled += 1
-            continue
-        assert best * (1.0 - luce_rule_module.RTOL) - 1e-9 <= accepted, (p, q, rule.remaining)
-    assert stalled <= 1
+        assert best * (1.0 - luce_rule_module.RTOL) - 1e-9 <= accepted <= best + 1e-9, (p, q, rule.remaining)
 
 
 def test_verifier_kernel_matches_a_slow_loop():
