@@ -39,9 +39,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mdsd.harness.comparison import interval, intervals_overlap
+from mdsd.harness.comparison import INTERVAL_METHOD, interval, intervals_overlap, paired_ratio
 from mdsd.harness.experiment import config_from_cli, run_script
-from mdsd.harness.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
+from mdsd.harness.methods import (
+    MethodsConfig,
+    chunked,
+    plot_methods,
+    real_prompts,
+    run_method,
+    sweep_methods,
+)
 
 DEFAULT_METHODS = (
     "hf-autoregressive",
@@ -53,6 +60,9 @@ DEFAULT_METHODS = (
     "dynamic:8,2,3,24/rrsw",
     "dynamic:8,2,3,24/greedy",
 )
+
+
+FEW = 8  # a prompt that ends within this many tokens is counted apart in the summary
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         todo = [p for name in config.datasets for p in per_set[name]]
         prompt_sets = list(config.datasets)
     tasks = [{"temperature": t, "method": m} for t in config.temperatures for m in config.methods]
+    tasks = chunked(tasks, len(todo), config)
     out, rows = sweep_methods(
         "batch_efficiency", run_method, tasks, todo, models, config, models=described, prompt_sets=prompt_sets
     )
@@ -99,12 +110,15 @@ def summary(rows: list[dict], config: Config, prompts: int) -> str:
         "",
         f"Device {config.device}, dtype {config.dtype}, {config.threads} threads; {prompts} prompts "
         f"({drawn}), {config.max_new_tokens} new tokens each; prompt i decoded with "
-        f"seed {config.seed} + i by every method. Tokens per target forward and tokens/s: ratios of sums, "
-        "95% t-intervals over prompts; forwards counted by one forward hook for every method.",
+        f"seed {config.seed} + i by every method ({config.batch_size} prompts at a time for mdsd's "
+        "methods, a batch seeded by its first prompt). Tokens per target forward and tokens/s: ratios of "
+        f"sums, 95% {INTERVAL_METHOD}; forwards counted by one forward hook for every method (the decoder's "
+        "own counts in batches); 'EOS': prompts that ended on an end-of-sequence token, in brackets "
+        f"those that ended within {FEW} tokens (kept and counted).",
         "",
         "| T | method | tokens / target forward (95% CI) | predicted | tokens / step | tokens/s (95% CI) | "
-        "target fwd | draft fwd | from source |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "target fwd | draft fwd | from source | EOS |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         pred = "" if r.get("predicted_tokens_per_step") is None else f"{r['predicted_tokens_per_step']:.2f}"
@@ -113,11 +127,42 @@ def summary(rows: list[dict], config: Config, prompts: int) -> str:
             f"| {r['temperature']} | {r['method']} | {r['tokens_per_forward']:.3f}{interval(r['ci95'])} | "
             f"{pred} | {r['tokens_per_step']:.3f} | "
             f"{r['tokens_per_second']:.2f}{interval(r['tokens_per_second_ci95'])} | "
-            f"{r['target_forwards']} | {r['draft_forwards']} | {share} |"
+            f"{r['target_forwards']} | {r['draft_forwards']} | {share} | {r['stopped_by_eos']} "
+            f"({sum(p['tokens'] < FEW for p in r['per_prompt'])}) |"
         )
     for t in dict.fromkeys(r["temperature"] for r in rows):
         lines += verdicts([r for r in rows if r["temperature"] == t], t)
+        lines += paired_table([r for r in rows if r["temperature"] == t], t)
     return "\n".join(lines) + "\n"
+
+
+def paired_table(rows: list[dict], temperature: float) -> list[str]:
+    """At one temperature, every pair of mdsd methods run on the same prompts: the ratio of their tokens per
+    target forward with a paired bootstrap interval over prompts, marked significant where it excludes 1."""
+    ours = [r for r in rows if not r["method"].startswith("hf-")]
+    lines = []
+    for i, a in enumerate(ours):
+        for b in ours[i + 1 :]:
+            if [p["prompt"] for p in a["per_prompt"]] != [p["prompt"] for p in b["per_prompt"]]:
+                continue
+            ratio, ci = paired_ratio(*_counts(a), *_counts(b))
+            mark = " (significant)" if ci is not None and (ci[0] > 1 or ci[1] < 1) else ""
+            lines.append(f"| {a['method']} | {b['method']} | {ratio:.3f}{interval(ci)}{mark} |")
+    if not lines:
+        return []
+    head = [
+        "",
+        f"Paired, T = {temperature}: tokens per target forward of A over B on the same prompts (95% paired "
+        "bootstrap over prompts; significant where the interval excludes 1).",
+        "",
+        "| A | B | A / B (95% CI) |",
+        "|---|---|---|",
+    ]
+    return head + lines
+
+
+def _counts(row: dict) -> tuple[list[int], list[int]]:
+    return [p["tokens"] for p in row["per_prompt"]], [p["target_forwards"] for p in row["per_prompt"]]
 
 
 def verdicts(rows: list[dict], temperature: float) -> list[str]:

@@ -210,6 +210,29 @@ def test_batch_efficiency_quick(tmp_path):
     assert "4 prompts (random tokens (--quick))" in summary and "mt-bench" not in summary
 
 
+def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
+    """Prompts decoded two at a time, as one task or as runs of two prompts per task, give the same rows."""
+    methods = ["chain:3/single", "binary:1/rrs"]
+    flags = ("--max-new-tokens", "6", "--batch-size", "2", "--methods", *methods)
+    whole = run_script("batch_efficiency", tmp_path / "whole", *flags)["rows"]
+    runs = run_script("batch_efficiency", tmp_path / "runs", *flags, "--prompts-per-task", "2")["rows"]
+    assert [r["method"] for r in runs] == methods
+    for a, b in zip(whole, runs, strict=True):
+        assert [p["batch"] for p in a["per_prompt"]] == [0, 0, 1, 1]
+        assert [p["seed"] for p in a["per_prompt"]] == [0, 0, 2, 2]
+        for name in ("tokens_per_forward", "ci95", "tokens", "target_forwards", "draft_forwards"):
+            assert a[name] == b[name], name
+        drop = ("seconds",)
+        assert [{k: v for k, v in p.items() if k not in drop} for p in a["per_prompt"]] == [
+            {k: v for k, v in p.items() if k not in drop} for p in b["per_prompt"]
+        ]
+    summary = (tmp_path / "runs" / "summary.md").read_text()
+    assert "| chain:3/single | binary:1/rrs | " in summary and "Paired, T = 0.6" in summary
+    with pytest.raises(SystemExit):
+        run_script("batch_efficiency", tmp_path / "bad", *flags, "--prompts-per-task", "3")
+    assert "--prompts-per-task must be 0 or a multiple of --batch-size 2, got 3" in capsys.readouterr().err
+
+
 def test_batch_efficiency_quick_on_the_fast_path(tmp_path):
     """--compile runs mdsd's methods on the fast path, counted by the decoder (one target forward a step)."""
     methods = ["chain:3/single", "binary:1/rrs+lookup"]
