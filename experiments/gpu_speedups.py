@@ -11,7 +11,10 @@ Inputs, all in the repository:
   t = 1, 5 and 16 new tokens, one cache length) as a coarse pair of profiles: linear between those points,
   and beyond t = 16 the last segment continued (the rows whose widest forward reads more say so); with
   ``--fused``, the forwards of its ``fused_forwards`` section instead (compiled by inductor, then captured;
-  B = 1, t = 1 and 16);
+  B = 1, t = 1 and 16); or, with ``--heads``, the captured forwards of its ``heads`` section at B = 1 (t = 1
+  and 16): the target's, and as the draft a feature head of ``--head-shape`` (MLP width, draft vocabulary;
+  random weights of the trained head's shapes) — for the methods a head drafted
+  (``results/drafters/decode-*``);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
   o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
@@ -41,6 +44,9 @@ are left out.
         --label h100-forwards --output-dir results/gpu
     python experiments/gpu_speedups.py --forwards gpu_fast.json --fused --context 256 --batches 1 \
         --label fused --output-dir results/gpu     # B = 1, where the fused_forwards section measured
+    python experiments/gpu_speedups.py --heads benchmarks/results/gpu_fast_h200_1128_heads.json \
+        --context 256 --batches 1 --results results/drafters/decode-kl-head/batch_efficiency.json \
+        --label h200-head --output-dir results/drafters/decode-kl-head
 """
 
 from __future__ import annotations
@@ -79,6 +85,12 @@ class Config:
     )
     fused: bool = field(
         default=False, metadata={"help": "with --forwards: its inductor-compiled forwards (fused_forwards)"}
+    )
+    heads: str = field(
+        default="", metadata={"help": "gpu_fast.json whose heads section's target and head are the profiles"}
+    )
+    head_shape: tuple[int, ...] = field(
+        default=(4096, 16384), metadata={"help": "with --heads: the head's MLP width and draft vocabulary"}
     )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
     label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
@@ -148,30 +160,53 @@ def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile,
     profiles on their grid (B × new tokens × its one cache length; medians of 30 replays, no spread
     recorded)."""
     payload = json.loads(path.read_text())
+    section, column = ("fused_forwards", "fused_ms") if fused else ("forwards", "captured_ms")
+    backend = next((r["backend"] for r in payload[section] if fused and "backend" in r), None)
+    return tuple(
+        _profile(payload, path, [r for r in payload[section] if r["model"] == who], column, who, backend)
+        for who in ("target", "draft")
+    )
+
+
+def head_profiles(path: Path, shape: tuple[int, int]) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
+    """(target, head): the captured forwards at B = 1 (t = 1, 16) of a ``benchmarks/gpu_fast.py`` result's
+    ``heads`` section, the head being the one of MLP width and draft vocabulary ``shape``."""
+    payload = json.loads(path.read_text())
+    rows = [r for r in payload["heads"] if r["B"] == 1]
+    head = [r for r in rows if r["model"] == "head" and (r["intermediate"], r["draft_vocab"]) == tuple(shape)]
+    if not head:
+        shapes = sorted({(r["intermediate"], r["draft_vocab"]) for r in rows if r["model"] == "head"})
+        raise ValueError(f"--head-shape {list(shape)} was not measured in {path.name}: it has {shapes}")
+    target = [r for r in rows if r["model"] == "target"]
+    return _profile(payload, path, target, "captured_ms", "target"), _profile(
+        payload, path, head, "captured_ms", "head"
+    )
+
+
+def _profile(payload: dict, path: Path, rows: list[dict], column: str, who: str, backend=None):
+    """The cost profile of one model's measured forwards (rows with B, tokens, context and ``column`` ms)."""
     env = payload["env"]
     device = f"{env['device']} ({env['gpu']})" if "gpu" in env else env["device"]
     dtype = "bfloat16" if env["device"] == "cuda" else "float32"  # gpu_fast's dtypes
-    section, column = ("fused_forwards", "fused_ms") if fused else ("forwards", "captured_ms")
-    profiles = []
-    for who in ("target", "draft"):
-        rows = [r for r in payload[section] if r["model"] == who and column in r]
-        ms = {(r["B"], r["tokens"], r["context"]): r[column] for r in rows}
-        b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
-        times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
-        model = {"name": f"{who} of {path.name}", "parameters": env[f"{who}_parameters"]}
-        zeros = np.zeros((len(b), len(t), len(c))).tolist()
-        how = "static:" + (
-            rows[0]["backend"] if fused else "cudagraph" if env["device"] == "cuda" else "none"
-        )
-        profiles.append(mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how))
-    return profiles[0], profiles[1]
+    ms = {(r["B"], r["tokens"], r["context"]): r[column] for r in rows if column in r}
+    b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
+    times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
+    model = {"name": f"{who} of {path.name}", "parameters": env.get(f"{who}_parameters", 0)}
+    zeros = np.zeros((len(b), len(t), len(c))).tolist()
+    how = "static:" + (backend or ("cudagraph" if env["device"] == "cuda" else "none"))
+    return mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how)
 
 
 def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd.CostProfile]:
     if config.fused and not config.forwards:
         raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
-    if config.forwards:
-        target, draft = forward_profiles(ROOT / config.forwards, config.fused)
+    if config.forwards and config.heads:
+        raise ValueError("give --forwards or --heads, not both")
+    if config.forwards or config.heads:
+        if config.forwards:
+            target, draft = forward_profiles(ROOT / config.forwards, config.fused)
+        else:
+            target, draft = head_profiles(ROOT / config.heads, config.head_shape)
         if config.context not in target.contexts:
             raise ValueError(f"--context must be {target.contexts[0]} with --forwards, got {config.context}")
         lo, hi = target.batches[0], target.batches[-1]
@@ -261,11 +296,14 @@ def summary(
     kind = "inductor-compiled, captured" if config.fused else "captured"
     star = f"* : a forward of the step reads more than {target.tokens[-1]}, extrapolated"
     where = (
-        f"the {kind} forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
-        f"tokens in {list(target.tokens)}; {star})"
-        if config.forwards
+        f"the {kind} forwards of {config.forwards or config.heads} on {target.device} (B in "
+        f"{list(target.batches)}, new tokens in {list(target.tokens)}; {star})"
+        if config.forwards or config.heads
         else f"{config.profiles} ({star})"
     )
+    if config.heads:
+        where += f"; the draft is a feature head of MLP width {config.head_shape[0]} and "
+        where += f"{config.head_shape[1]:,} draft tokens"
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
         "",

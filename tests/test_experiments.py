@@ -511,3 +511,43 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
         predictions(Config(forwards=str(tmp_path / "gpu_fast.json"), fused=True, context=256))
     with pytest.raises(ValueError, match="--fused reads"):
         predictions(Config(fused=True))
+
+
+def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_path):
+    """--heads: the heads section's target and the head of --head-shape at B = 1 (t = 1, 16) as the
+    profiles; every speedup is E · f_p(1) / (Σ_d f_h(n_d) + f_p(F)), linear between the measured t; a shape
+    not measured is refused, naming the ones that were."""
+    from mdsd.costs import step_forwards
+
+    mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
+    Config, predictions, plan_of = (mod[k] for k in ("Config", "predictions", "plan_of"))
+
+    def ms(who, t):
+        return {"target": 3.5 + 0.04 * t, "head": 0.2 + 0.003 * t, "draft": 2.8 + 0.03 * t}[who]
+
+    rows = [
+        {"model": who, "intermediate": 4096, "draft_vocab": vocab, "B": B, "tokens": t, "context": 256}
+        | {"captured_ms": ms(who, t) * (2 if B == 64 else 1)}
+        for who, vocab in (("target", 151936), ("head", 16384), ("draft", 151936))
+        for B, t in ((1, 1), (1, 16), (64, 1))
+    ]
+    env = {"device": "cuda", "gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "heads": rows}))
+    results = "results/drafters/decode-kl-head/batch_efficiency.json"
+    config = Config(heads=str(tmp_path / "gpu_fast.json"), context=256, batches=(1,), results=(results,))
+    predicted, _, ratio, target = predictions(config)
+    assert target.batches == (1,) and ratio[1] == pytest.approx(ms("head", 1) / ms("target", 1))
+    assert {r["method"] for r in predicted} == {
+        r["method"] for r in json.loads((EXPERIMENTS.parent / results).read_text())["rows"]
+    }
+    for r in predicted:
+        draft, F = step_forwards(plan_of(r["method"], r["temperature"], (1, 8)), static=True)
+        step = sum(ms("head", n) for n in draft) + ms("target", F)
+        e = r["tokens_per_forward"]
+        assert r["speedup"] == pytest.approx(e * ms("target", 1) / step, rel=1e-9)
+    with pytest.raises(ValueError, match=r"--head-shape \[2048, 8192\] was not measured.*\(4096, 16384\)"):
+        predictions(
+            Config(heads=str(tmp_path / "gpu_fast.json"), context=256, batches=(1,), head_shape=(2048, 8192))
+        )
+    with pytest.raises(ValueError, match="not both"):
+        predictions(Config(heads="a", forwards="b"))
