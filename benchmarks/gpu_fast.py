@@ -43,8 +43,9 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
 
 Each section runs in a process of its own (``--one-process``: all in this one), so that a device-side
 assert in one cannot fail the others; the environment, the model pair included, is rebuilt per section.
-Every file written carries ``provenance``: the command, the commit (and whether the tree differs from it),
-the time, the versions and the device.
+Every file written carries ``provenance`` (:func:`mdsd.outputs.provenance`): the command, the commit (with
+the changed paths of a dirty tree), the time, the versions and the device. ``$OUT`` in the committed results
+(benchmarks/results/) is refused from a dirty tree unless ``MDSD_SCRATCH=<why>`` marks the run as scratch.
 """
 
 from __future__ import annotations
@@ -53,9 +54,6 @@ import datetime
 import functools
 import json
 import os
-import platform
-import re
-import shlex
 import subprocess
 import sys
 import time
@@ -68,6 +66,7 @@ import numpy as np
 import torch
 
 import mdsd
+import mdsd.outputs
 
 OUT = Path(os.environ.get("OUT") or "/tmp/gpu_out")
 RESULT = os.environ.get("GPU_FAST_RESULT", "gpu_fast.json")
@@ -91,42 +90,15 @@ def save() -> None:
     (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 @functools.cache
 def provenance() -> dict:
-    """Where the results come from: the command line, the commit and whether the working tree differs from
-    it (on a device machine's copy, the commit named in ``$MDSD_COMMIT``), the start time (UTC),
-    the versions of torch, transformers and mdsd, and the device."""
-    import transformers
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    named = os.environ.get("MDSD_COMMIT")
-    changes = None if named else git("status", "--porcelain")
-    pyproject = ROOT / "pyproject.toml"
-    found = re.search(r'^version = "([^"]+)"', pyproject.read_text() if pyproject.is_file() else "", re.M)
+    """Where the results come from (:func:`mdsd.outputs.provenance`: the command, the commit, or on a device
+    machine's copy the one named in ``$MDSD_COMMIT``, the changed paths of a dirty tree, the versions, the
+    device) and the start time (UTC). A ``$OUT`` in the committed results is refused from a dirty tree unless
+    ``$MDSD_SCRATCH`` marks the run as scratch."""
+    device = torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else None
     started = datetime.datetime.fromtimestamp(T0, datetime.timezone.utc)
-    return {
-        "command": shlex.join([sys.executable, *sys.argv]),
-        # a device machine's copy is not the repository (it may hold a stale .git): whoever launches it names
-        # the commit it was copied from in $MDSD_COMMIT, which then wins over git
-        "commit": named or (git("rev-parse", "HEAD") or "").strip() or None,
-        "commit_from": "MDSD_COMMIT" if named else "git" if changes is not None else None,
-        "dirty": None if named or changes is None else bool(changes.strip()),
-        "changes": None if changes is None else changes.splitlines()[:30],
-        "started_utc": started.isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "mdsd": found.group(1) if found else None,
-        "device": torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else f"cpu ({platform.machine()})",
-    }
+    return {**mdsd.outputs.provenance(OUT, device), "started_utc": started.isoformat(timespec="seconds")}
 
 
 def section(name, fn) -> None:
@@ -877,6 +849,10 @@ if __name__ == "__main__":
     if unknown:
         sys.exit(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(sections)}")
     child = os.environ.get("GPU_FAST_CHILD") == "1" or "--one-process" in sys.argv
+    try:  # before any section: a $OUT that may not take this tree's files is refused now
+        mdsd.outputs.check_results_destination(OUT, "$OUT")
+    except ValueError as err:
+        sys.exit(f"gpu_fast.py: error: {err}")
     for name in named or list(sections):
         if child:
             section(name, sections[name])

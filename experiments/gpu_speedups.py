@@ -37,7 +37,7 @@ budget; the cache length is the prompts' mean plus half the budget. HF's methods
 are left out.
 
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-static \
-        --overhead results/gpu/gpu_fast.json --output-dir results/gpu
+        --overhead benchmarks/results/gpu_fast_h200_1128.json --output-dir results/gpu
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-eager --label eager \
         --output-dir results/gpu
     python experiments/gpu_speedups.py --forwards benchmarks/results/gpu_fast_h100.json --context 256 \
