@@ -17,7 +17,11 @@ Inputs, all in the repository:
   (``results/drafters/decode-*``);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
-  o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
+  o0 + o1 · B · (F + M), **per kind of step** (:data:`KINDS`: a model tree's, a draft source's alone, an
+  autoregressive step's), each with its fit's error, and each method charged its own kind's while
+  autoregressive decoding, the baseline, is charged the autoregressive steps' (a kind with fewer than two
+  measured steps is not fitted, and then nobody is charged it: the summary says so); none for the eager
+  profiles (their step overheads were not measured per tree);
 * the tokens per target forward each method reached on the real Qwen2.5-Coder pair
   (``results/batch_efficiency``, ``results/draft_sources``).
 
@@ -131,27 +135,51 @@ def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
     return plan
 
 
-def fit_overhead(path: Path) -> Overhead | None:
-    """o0 + o1 · B · (F + M) fitted to the host time of the GPU's measured fast-path decode steps."""
+KINDS = {  # kinds of step whose overhead is fitted apart: gpu_fast's decode rows by tree
+    "model": "a draft model's tree (with or without a source's chains)",
+    "source": "a draft source's chains alone (no draft model)",
+    "autoregressive": "autoregressive decoding (one token, nothing drafted)",
+}
+
+
+def step_kind(tree: str) -> str:
+    """The kind (:data:`KINDS`) of a gpu_fast decode row's ``tree``: ``none``, ``lookup*`` or a model's."""
+    return "autoregressive" if tree == "none" else "source" if tree.startswith("lookup") else "model"
+
+
+def fit_overheads(path: Path) -> dict[str, Overhead]:
+    """{kind: o0 + o1 · B · (F + M)} fitted to the host time of the GPU's measured fast-path decode steps of
+    each kind (:data:`KINDS`) that has at least two; F + M of a step as the gpu_fast run drafted it (model
+    trees under RRSw, prompt lookup alone one chain of 8, autoregressive 1)."""
     from scipy.optimize import nnls
 
     from mdsd.costs.predict import vocabulary_rows
 
-    rows = [  # the model trees' fast-path steps
-        r
-        for r in json.loads(path.read_text())["decode"]
-        if "host_ms" in r and r["path"] != "eager" and not r["tree"].startswith(("none", "lookup"))
-    ]
-    if len(rows) < 2:
-        return None
-    design = [[1.0, r["batch"] * vocabulary_rows(plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1)))] for r in rows]
-    host = [max(r["host_ms"], 0.0) * 1e-3 for r in rows]
-    A, y = np.array(design), np.array(host)
-    scale = A.max(axis=0)
-    coef, _ = nnls(A / scale, y)
-    coef = coef / scale
-    error = float(np.sqrt(np.mean(((A @ coef - y) / np.maximum(y, 1e-9)) ** 2)))
-    return Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(rows), error)
+    rows = [r for r in json.loads(path.read_text())["decode"] if "host_ms" in r and r["path"] != "eager"]
+    fits = {}
+    for kind in KINDS:
+        mine = [r for r in rows if step_kind(r["tree"]) == kind]
+        if len(mine) < 2:
+            continue
+        plans = [
+            None
+            if kind == "autoregressive"
+            else with_retrieval(None, 1, 8)
+            if kind == "source"
+            else plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1))
+            for r in mine
+        ]
+        design = [
+            [1.0, r["batch"] * (1 if p is None else vocabulary_rows(p))]
+            for r, p in zip(mine, plans, strict=True)
+        ]
+        A, y = np.array(design), np.array([max(r["host_ms"], 0.0) * 1e-3 for r in mine])
+        scale = A.max(axis=0)
+        coef, _ = nnls(A / scale, y)
+        coef = coef / scale
+        error = float(np.sqrt(np.mean(((A @ coef - y) / np.maximum(y, 1e-9)) ** 2)))
+        fits[kind] = Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(mine), error)
+    return fits
 
 
 def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
@@ -197,7 +225,7 @@ def _profile(payload: dict, path: Path, rows: list[dict], column: str, who: str,
     return mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how)
 
 
-def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd.CostProfile]:
+def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, mdsd.CostProfile]:
     if config.fused and not config.forwards:
         raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
     if config.forwards and config.heads:
@@ -216,7 +244,8 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
         folder = ROOT / config.profiles
         target = mdsd.CostProfile.load(folder / "target.json")
         draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
-    overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
+    overheads = fit_overheads(ROOT / config.overhead) if config.overhead else {}
+    baseline = overheads.get("autoregressive")
     stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
     for result in config.results:
@@ -247,7 +276,8 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                     B,
                     config.context,
                     tokens_per_step=e,
-                    overhead=overhead,
+                    overhead=overheads.get("source" if not step_forwards(plan)[0] else "model"),
+                    autoregressive_overhead=baseline,
                     extrapolate=True,
                 )
                 step, ar = pred.step_seconds, pred.autoregressive_seconds
@@ -262,7 +292,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                         B,
                         config.context,
                         tokens_per_step=1.0,
-                        overhead=overhead,
+                        overhead=overheads.get("source"),
                         extrapolate=True,
                     ).step_seconds
                     step = share * step + wide * (read - block) + (1 - share) * alone + caught * read
@@ -287,11 +317,11 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
         for B in config.batches
         if draft is not None
     }
-    return rows, overhead, ratio, target
+    return rows, overheads, ratio, target
 
 
 def summary(
-    rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config, target: mdsd.CostProfile
+    rows: list[dict], overheads: dict[str, Overhead], ratio: dict, config: Config, target: mdsd.CostProfile
 ) -> str:
     kind = "inductor-compiled, captured" if config.fused else "captured"
     star = f"* : a forward of the step reads more than {target.tokens[-1]}, extrapolated"
@@ -307,13 +337,8 @@ def summary(
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
         "",
-        f"Profiles: {where}; context {config.context}; overhead: "
-        + (
-            f"{1e3 * overhead.per_step:.3f} ms + {1e6 * overhead.per_row_node:.2f} µs · B · (F + M) "
-            f"(fit over {overhead.runs} measured steps, rms {overhead.rms_relative_error:.0%})"
-            if overhead
-            else "none (forwards only)"
-        ),
+        f"Profiles: {where}; context {config.context}. Step overhead, fitted per kind of step "
+        f"(o0 + o1 · B · (F + M)): {overhead_text(overheads, bool(config.overhead))}.",
         "Draft / target one-token forward: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in ratio.items())
         if ratio
         else "No draft profile: only methods that run no draft model (a draft source alone) are predicted.",
@@ -343,6 +368,21 @@ def summary(
             f"{cells} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def overhead_text(overheads: dict[str, Overhead], fitted: bool) -> str:
+    """The fitted overheads in words, and who is charged which."""
+    if not fitted:
+        return "none (forwards only, autoregressive decoding included)"
+    parts = [
+        f"{kind} {1e3 * o.per_step:.3f} ms + {1e6 * o.per_row_node:.2f} µs · B · (F + M) "
+        f"({o.runs} steps, rms {o.rms_relative_error:.0%})"
+        for kind, o in overheads.items()
+    ]
+    missing = [kind for kind in KINDS if kind not in overheads]
+    if missing:
+        parts.append(f"not measured, so charged to nobody: {', '.join(missing)}")
+    return "; ".join(parts) + ". Each method is charged its kind's, autoregressive decoding its own"
 
 
 def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
@@ -379,10 +419,11 @@ def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     out = output_dir("gpu_speedups", config.output_dir)
-    rows, overhead, ratio, target = predictions(config)
+    rows, overheads, ratio, target = predictions(config)
     name = f"speedups_{config.label}"
-    write_results(out, name, rows, config, config.seed, overhead=overhead and overhead.__dict__)
-    (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config, target))
+    fitted = {kind: o.__dict__ for kind, o in overheads.items()}
+    write_results(out, name, rows, config, config.seed, overheads=fitted)
+    (out / f"{name}.md").write_text(summary(rows, overheads, ratio, config, target))
     plot(rows, out / f"{name}.png", config.label, [Path(r).parent.name for r in config.results])
     print(f"results in {out}")
 

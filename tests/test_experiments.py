@@ -399,29 +399,72 @@ def test_real_acceptance_quick(tmp_path):
 
 
 def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profile(tmp_path):
-    """experiments/gpu_speedups.py: the overhead fit recovers a known o0 + o1 · B · (F + M) from decode rows
-    in gpu_fast.json's layout; a profile folder holding the target's alone predicts exactly the draft-free
-    methods, with the same figures as beside a draft profile (which those never read)."""
+    """experiments/gpu_speedups.py: the overhead fit recovers a known o0 + o1 · B · (F + M) per kind of step
+    from decode rows in gpu_fast.json's layout (model trees, a source alone, autoregressive steps); each
+    method is charged its kind's and autoregressive decoding its own; a profile folder holding the target's
+    alone predicts exactly the draft-free methods, with the same figures as beside a draft profile."""
+    from mdsd.costs import step_forwards
     from mdsd.costs.predict import vocabulary_rows
+    from mdsd.tree.plan import with_retrieval
 
     mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
-    Config, predictions, fit_overhead, plan_of = (
-        mod[k] for k in ("Config", "predictions", "fit_overhead", "plan_of")
+    Config, predictions, fit_overheads, plan_of = (
+        mod[k] for k in ("Config", "predictions", "fit_overheads", "plan_of")
     )
-    o0, o1 = 1.5e-3, 4e-6
+    truth = {"model": (1.5e-3, 4e-6), "source": (0.9e-3, 2e-6), "autoregressive": (0.4e-3, 1e-6)}
+
+    def host_ms(kind, B, rows):
+        return 1e3 * (truth[kind][0] + truth[kind][1] * B * rows)
+
     decode = [
-        {"path": "cudagraph", "tree": tree, "batch": B, "host_ms": 1e3 * (o0 + o1 * B * vocabulary_rows(p))}
+        {"path": "cudagraph", "tree": tree, "batch": B, "host_ms": host_ms("model", B, vocabulary_rows(p))}
         for tree in ("chain:4", "binary:3", "dynamic:8,2,3,24")
         for p in [plan_of(f"{tree}/rrsw", 0.6, (1, 1))]
         for B in (1, 64)
     ]
-    decode += [  # AR and prompt lookup alone: not in the fit (no draft model)
-        {"path": "cudagraph", "tree": tree, "batch": 1, "host_ms": 9.0} for tree in ("none", "lookup")
+    chains = vocabulary_rows(with_retrieval(None, 1, 8))
+    decode += [
+        {"path": "cudagraph", "tree": "lookup", "batch": B, "host_ms": host_ms("source", B, chains)}
+        for B in (1, 64)
     ]
+    decode += [
+        {"path": "cudagraph", "tree": "none", "batch": B, "host_ms": host_ms("autoregressive", B, 1)}
+        for B in (1, 64)
+    ]
+    decode += [{"path": "eager", "tree": "none", "batch": 1, "host_ms": 99.0}]  # the eager path: not fitted
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
-    fit = fit_overhead(tmp_path / "gpu_fast.json")
-    assert fit.runs == 6 and fit.rms_relative_error < 1e-9
-    assert fit.per_step == pytest.approx(o0, rel=1e-9) and fit.per_row_node == pytest.approx(o1, rel=1e-9)
+    fits = fit_overheads(tmp_path / "gpu_fast.json")
+    assert set(fits) == set(truth) and [fits[k].runs for k in truth] == [6, 2, 2]
+    for kind, (o0, o1) in truth.items():
+        assert fits[kind].rms_relative_error < 1e-9
+        assert fits[kind].per_step == pytest.approx(o0, rel=1e-9)
+        assert fits[kind].per_row_node == pytest.approx(o1, rel=1e-9)
+
+    static = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-static"
+    target, draft = (mdsd.CostProfile.load(static / f"{who}.json") for who in ("target", "draft"))
+    config = Config(profiles=str(static), overhead=str(tmp_path / "gpu_fast.json"), batches=(1, 8))
+    rows, overheads, _, _ = predictions(config)
+    assert set(overheads) == set(truth)
+    for r in rows:
+        if "/first" in r["method"]:
+            continue  # a mixture of steps, tested with the forwards
+        plan = plan_of(r["method"], r["temperature"], (1, 8) if r["source"] == "batch_efficiency" else (2, 8))
+        new, F = step_forwards(plan, static=True)
+        B, c = r["batch"], config.context
+        kind = "model" if new else "source"
+        step = sum(draft.seconds(B, n, c, True) for n in new) + target.seconds(B, F, c, True)
+        step += truth[kind][0] + truth[kind][1] * B * vocabulary_rows(plan)
+        ar = target.seconds(B, 1, c, True) + truth["autoregressive"][0] + truth["autoregressive"][1] * B
+        e = min(r["tokens_per_forward"], plan.max_depth + 1)
+        assert r["speedup"] == pytest.approx(e * ar / step, rel=1e-6), r["method"]
+    del decode[
+        -3:-1
+    ]  # no autoregressive steps measured: nobody is charged that kind, and the summary says so
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
+    rows, overheads, ratio, target_profile = predictions(config)
+    assert "autoregressive" not in overheads
+    text = mod["summary"](rows, overheads, ratio, config, target_profile)
+    assert "not measured, so charged to nobody: autoregressive" in text
 
     eager = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-eager"
     (tmp_path / "alone").mkdir()
@@ -462,8 +505,8 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     env = {"device": "cuda", "gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "forwards": forwards}))
     config = Config(forwards=str(tmp_path / "gpu_fast.json"), context=256)
-    rows, overhead, ratio, target = predictions(config)
-    assert overhead is None and target.device == "cuda (a card)" and target.path == "static:cudagraph"
+    rows, overheads, ratio, target = predictions(config)
+    assert overheads == {} and target.device == "cuda (a card)" and target.path == "static:cudagraph"
     assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
     methods = {r["method"] for r in rows}
     assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
