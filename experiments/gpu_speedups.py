@@ -388,8 +388,14 @@ def overhead_text(overheads: dict[str, Overhead], fitted: bool) -> str:
 def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
     """One panel per results folder in ``sources``: predicted speedup against B at T = 0.6 (or the folder's
     lowest temperature where it has no 0.6)."""
-    fig, axes = plt.subplots(1, len(sources), figsize=(6 * len(sources), 4.5), sharey=True, squeeze=False)
-    for ax, source in zip(axes[0], sources, strict=True):
+    columns = min(3, len(sources))  # a grid that reads at laptop size, not a strip
+    grid_rows = -(-len(sources) // columns)
+    fig, axes = plt.subplots(
+        grid_rows, columns, figsize=(4.6 * columns, 3.6 * grid_rows), sharey=True, squeeze=False
+    )
+    for ax in axes.flat[len(sources) :]:
+        ax.set_visible(False)
+    for ax, source in zip(axes.flat, sources, strict=False):
         temperatures = sorted({r["temperature"] for r in rows if r["source"] == source})
         t = 0.6 if 0.6 in temperatures or not temperatures else temperatures[0]
         mine = [r for r in rows if r["source"] == source and r["temperature"] == t]
@@ -405,12 +411,14 @@ def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")
-        ax.set_title(f"{source} (T = {t})")
+        ax.set_title(f"{source} (T = {t})", fontsize=9)
+        ax.grid(alpha=0.3)
         if mine:
-            ax.legend(fontsize=6, ncol=2)
+            ax.legend(fontsize=5.5, ncol=1 if len(mine) < 40 else 2)
         else:
             ax.text(0.5, 0.5, "no method predicted\n(no draft profile)", ha="center", transform=ax.transAxes)
-    axes[0, 0].set_ylabel(f"predicted speedup over autoregressive ({label})")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"speedup over AR ({label})")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
