@@ -44,6 +44,7 @@ from mdsd.harness.experiment import config_from_cli, run_script
 from mdsd.harness.methods import (
     MethodsConfig,
     chunked,
+    merge_runs,
     plot_methods,
     real_prompts,
     run_method,
@@ -80,31 +81,33 @@ def main(argv: list[str] | None = None) -> None:
     if config.quick:
         gen = torch.Generator().manual_seed(config.seed)
         todo = [torch.randint(64, (int(n),), generator=gen).tolist() for n in (5, 9, 13, 7)]
+        sets = [("random tokens (--quick)", len(todo))]
     else:
         models, per_set, described = real_prompts(config)
         todo = [p for name in config.datasets for p in per_set[name]]
         prompt_sets = list(config.datasets)
+        sets = [(name, len(per_set[name])) for name in config.datasets]
     tasks = [{"temperature": t, "method": m} for t in config.temperatures for m in config.methods]
-    tasks = chunked(tasks, len(todo), config)
+    tasks = chunked(tasks, [size for _, size in sets], config)
     out, rows = sweep_methods(
         "batch_efficiency", run_method, tasks, todo, models, config, models=described, prompt_sets=prompt_sets
     )
     plot_methods(rows, out / "batch_efficiency.png")
-    (out / "summary.md").write_text(summary(rows, config, len(todo)))
+    (out / "summary.md").write_text(summary(rows, config, sets, described))
     print((out / "summary.md").read_text())
     print(f"results in {out}")
 
 
-def summary(rows: list[dict], config: Config, prompts: int) -> str:
+def summary(rows: list[dict], config: Config, sets: list[tuple[str, int]], described: dict) -> str:
+    """The tables: every method over all prompts, by prompt set, and every pair of methods."""
+    prompts = len({p["prompt"] for r in rows for p in r["per_prompt"]})
+    drawn = ", ".join(name for name, _ in sets)
     if config.quick:
-        source, drawn = "tiny random models (--quick)", "random tokens (--quick)"
+        source = "tiny random models (--quick)"
     else:
-        source = (
-            f"target {config.target}, draft {config.draft}"
-            if config.target
-            else "Qwen2.5-Coder-1.5B target, 0.5B draft"
-        )
-        drawn = ", ".join(config.datasets)
+        source = f"target {described['target']['name']}, draft {described['draft']['name']}"
+    if config.partial:
+        drawn += " (partial: the prompts every method finished so far)"
     lines = [
         f"# Batch efficiency and speed ({source})",
         "",
@@ -130,10 +133,38 @@ def summary(rows: list[dict], config: Config, prompts: int) -> str:
             f"{r['target_forwards']} | {r['draft_forwards']} | {share} | {r['stopped_by_eos']} "
             f"({sum(p['tokens'] < FEW for p in r['per_prompt'])}) |"
         )
+    if len(sets) > 1:
+        lines += by_set(rows, sets)
     for t in dict.fromkeys(r["temperature"] for r in rows):
         lines += verdicts([r for r in rows if r["temperature"] == t], t)
         lines += paired_table([r for r in rows if r["temperature"] == t], t)
     return "\n".join(lines) + "\n"
+
+
+def by_set(rows: list[dict], sets: list[tuple[str, int]]) -> list[str]:
+    """Tokens per target forward of every method on each prompt set's own prompts (prompt indices run
+    through the sets in order)."""
+    lines = [
+        "",
+        "By prompt set (95% bootstrap intervals over the set's prompts):",
+        "",
+        "| set | T | method | prompts | tokens / target forward (95% CI) | EOS |",
+        "|---|---|---|---|---|---|",
+    ]
+    start = 0
+    for name, size in sets:
+        mine = [
+            r | {"per_prompt": [p for p in r["per_prompt"] if start <= p["prompt"] < start + size]}
+            for r in rows
+        ]
+        for r in merge_runs([r for r in mine if r["per_prompt"]]):
+            lines.append(
+                f"| {name} | {r['temperature']} | {r['method']} | {r['prompts']} | "
+                f"{r['tokens_per_forward']:.3f}{interval(r['ci95'])} | {r['stopped_by_eos']} "
+                f"({sum(p['tokens'] < FEW for p in r['per_prompt'])}) |"
+            )
+        start += size
+    return lines
 
 
 def paired_table(rows: list[dict], temperature: float) -> list[str]:

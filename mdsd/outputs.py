@@ -6,9 +6,10 @@ A results file (:func:`provenance`) records the command, the git revision, the p
 and the time. The committed results, ``results/`` and ``benchmarks/results/`` of the checkout mdsd comes from,
 take files only from a clean tree: from a tree with uncommitted changes the revision would not say which code
 computed them, so writing there is refused unless the run is marked as scratch with ``MDSD_SCRATCH=<why>``
-(the file then says ``"scratch": true`` and why). ``$MDSD_COMMIT`` names the commit of a copy that is not a
-checkout (a device machine's); it wins over git. Elsewhere (runs/, a temporary folder) a dirty tree is
-recorded as ``<commit>-dirty`` with the changed paths.
+(the file then says ``"scratch": true`` and why). Changes inside those two folders do not count: results
+are not code, and results written one after another into one folder must not refuse each other.
+``$MDSD_COMMIT`` names the commit of a copy that is not a checkout (a device machine's); it wins over git.
+Elsewhere (runs/, a temporary folder) a dirty tree is recorded as ``<commit>-dirty`` with the changed paths.
 
 A file that is not what its writer wrote, copied from a log or merged from parts, says so in its metadata:
 ``"assembled_from"`` (what it was assembled from and how), and ``"provenance_note"`` says what is known of a
@@ -75,9 +76,16 @@ def _git(*args: str) -> str | None:
 
 
 def _git_changes() -> list[str] | None:
-    """The tracked paths that differ from HEAD (``git status --porcelain`` lines), or None outside git."""
+    """The tracked paths outside the committed results that differ from HEAD (``git status --porcelain``
+    lines), or None outside git."""
     changes = _git("status", "--porcelain", "--untracked-files=no")
-    return None if changes is None else changes.splitlines()
+    if changes is None:
+        return None
+    return [
+        line
+        for line in changes.splitlines()
+        if not line[3:].startswith(tuple(f"{f}/" for f in RESULTS_FOLDERS))
+    ]
 
 
 def git_revision() -> str | None:

@@ -211,14 +211,16 @@ def test_batch_efficiency_quick(tmp_path):
 
 
 def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
-    """Prompts decoded two at a time, as one task or as runs of two prompts per task, give the same rows."""
+    """Prompts decoded two at a time, as one task or as runs of two prompts per task, give the same rows;
+    --partial writes what an interrupted run's checkpoint holds, cut to the prompts every method finished,
+    and leaves the checkpoint for --resume."""
     methods = ["chain:3/single", "binary:1/rrs"]
     flags = ("--max-new-tokens", "6", "--batch-size", "2", "--methods", *methods)
     whole = run_script("batch_efficiency", tmp_path / "whole", *flags)["rows"]
     runs = run_script("batch_efficiency", tmp_path / "runs", *flags, "--prompts-per-task", "2")["rows"]
     assert [r["method"] for r in runs] == methods
     for a, b in zip(whole, runs, strict=True):
-        assert [p["batch"] for p in a["per_prompt"]] == [0, 0, 1, 1]
+        assert [p["batch"] for p in a["per_prompt"]] == [0, 0, 2, 2]  # a batch by its first prompt
         assert [p["seed"] for p in a["per_prompt"]] == [0, 0, 2, 2]
         for name in ("tokens_per_forward", "ci95", "tokens", "target_forwards", "draft_forwards"):
             assert a[name] == b[name], name
@@ -228,6 +230,42 @@ def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
         ]
     summary = (tmp_path / "runs" / "summary.md").read_text()
     assert "| chain:3/single | binary:1/rrs | " in summary and "Paired, T = 0.6" in summary
+
+    # an interrupted run: its checkpoint holds the first round (both methods on prompts 0-1) and the first
+    # method's run of prompts 2-3, each line what run_method returned for that task
+    module = runpy.run_path(str(EXPERIMENTS / "batch_efficiency.py"))
+    from mdsd.harness.experiment import config_from_cli, partial_results
+    from mdsd.harness.methods import chunked, merge_runs
+
+    argv = ["--quick", "--output-dir", str(tmp_path / "partial"), *flags, "--prompts-per-task", "2"]
+    config = config_from_cli(module["Config"], argv)
+    tasks = chunked([{"temperature": 0.6, "method": m} for m in methods], [4], config)
+    with partial_results(tmp_path / "partial", "batch_efficiency", config, resume=True) as checkpoint:
+        pass
+    with pytest.raises(SystemExit):  # nothing finished yet: nothing to write
+        run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    assert "--partial:" in capsys.readouterr().err
+    measures = {"per_prompt", "tokens", "ci95", "tokens_per_forward"}
+    lines = []
+    for i, task in enumerate(tasks[:3]):
+        row = next(r for r in runs if r["method"] == task["method"])
+        a, b = task["prompts"]
+        own = {k: v for k, v in row.items() if k not in measures} | {
+            "per_prompt": [p for p in row["per_prompt"] if a <= p["prompt"] < b]
+        }
+        lines.append(json.dumps({"index": i, "task": task, "result": merge_runs([own])[0]}))
+    checkpoint.write_text("\n".join(lines) + "\n")
+    partial = run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    payload = json.loads((tmp_path / "partial" / "batch_efficiency.json").read_text())
+    assert payload["partial"] == {"tasks_finished": 3, "tasks": 4, "prompts": [0, 1]}
+    for got, row in zip(partial["rows"], runs, strict=True):  # both methods, on the prompts both finished
+        first = [p for p in row["per_prompt"] if p["prompt"] < 2]
+        assert got["per_prompt"] == first and got["tokens"] == sum(p["tokens"] for p in first)
+    assert checkpoint.exists()  # kept for --resume
+    assert (
+        "partial: the prompts every method finished so far"
+        in (tmp_path / "partial" / "summary.md").read_text()
+    )
     with pytest.raises(SystemExit):
         run_script("batch_efficiency", tmp_path / "bad", *flags, "--prompts-per-task", "3")
     assert "--prompts-per-task must be 0 or a multiple of --batch-size 2, got 3" in capsys.readouterr().err

@@ -94,3 +94,21 @@ def test_the_device_is_the_cpu_model_until_cuda_is_used(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")
     assert mdsd.outputs.device_name() == "NVIDIA H200"
+
+
+def test_results_written_one_after_another_do_not_refuse_each_other(checkout):
+    """Regression: gpu_speedups' four commands into results/gpu, run in a row, refused from the second on,
+    the first's files being uncommitted changes. Changes inside the results folders are not code."""
+    top, head = checkout
+    write_results(top / "results" / "x", "r", [{"a": 1}], {"n": 2})
+    _git(top, "add", "results")
+    _git(top, "commit", "-q", "-m", "results")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True
+    ).stdout.strip()
+    write_results(top / "results" / "x", "r", [{"a": 2}], {"n": 2})  # the committed file now differs
+    write_results(top / "results" / "x", "s", [{"a": 3}], {"n": 2})
+    assert _meta(top / "results" / "x")["git_revision"] == head  # not dirty: no code changed
+    (top / "code.py").write_text("x = 3\n")
+    with pytest.raises(ValueError, match=r"\(code\.py\)"):
+        write_results(top / "results" / "x", "r", [{"a": 1}], {"n": 2})

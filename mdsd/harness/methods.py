@@ -40,7 +40,7 @@ from mdsd.costs.profile import CostProfile
 from mdsd.data.corpus import real_pairs
 from mdsd.harness import experiment
 from mdsd.harness.comparison import HFAssisted, TreeMethod, compare, summarise
-from mdsd.harness.sweep import per_process, run_tasks
+from mdsd.harness.sweep import finished_tasks, per_process, run_tasks
 from mdsd.token_tree import Tree
 from mdsd.tree.spec import compile_option, parse_method, parse_tree
 from mdsd.verifiers.registry import path_rule, supports, verifier
@@ -55,6 +55,7 @@ __all__ = [
     "run_method",
     "chunked",
     "merge_runs",
+    "paired_rows",
     "sweep_methods",
     "plot_methods",
 ]
@@ -73,6 +74,13 @@ class MethodsConfig:
     batch_size: int = field(default=1, metadata={"help": "prompts an mdsd method decodes together"})
     prompts_per_task: int = field(
         default=0, metadata={"help": "prompts per checkpointed task (0: all; a multiple of --batch-size)"}
+    )
+    partial: bool = field(
+        default=False,
+        metadata={
+            "help": "write what an interrupted run's checkpoint holds (the prompts every task finished)",
+            "run": True,
+        },
     )
     max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt"})
@@ -256,7 +264,6 @@ def run_method(
         seed=config.seed + start,
         batch_size=config.batch_size,
     )
-    first_batch = start // config.batch_size
     per_prompt = []
     for r in result.runs:
         o = r.output
@@ -265,7 +272,10 @@ def run_method(
             {
                 "prompt": start + r.prompt,
                 "seed": r.seed,
-                "batch": first_batch + r.batch if isinstance(method, TreeMethod) else start + r.prompt,
+                # a batch by its first prompt's index (HF's methods: one prompt a batch)
+                "batch": start + r.batch * config.batch_size
+                if isinstance(method, TreeMethod)
+                else start + r.prompt,
                 "tokens": r.tokens,
                 "steps": r.steps,
                 "target_forwards": r.target_forwards,
@@ -283,15 +293,28 @@ def run_method(
     return merge_runs([fields | {"predicted_tokens_per_step": predicted, "per_prompt": per_prompt}])[0]
 
 
-def chunked(tasks: list[dict], prompts: int, config: MethodsConfig) -> list[dict]:
-    """Each task split into runs of ``config.prompts_per_task`` of its ``prompts`` prompts (``"prompts":
-    [start, stop]``), so that a checkpointed sweep keeps every finished run; the tasks as given where
-    ``prompts_per_task`` is 0."""
+def chunked(tasks: list[dict], sizes: list[int], config: MethodsConfig) -> list[dict]:
+    """Each task split into runs of at most ``config.prompts_per_task`` prompts (``"prompts": [start,
+    stop]``) that never straddle two prompt sets (``sizes``: each set's prompts, in order), so that a
+    checkpointed sweep keeps every finished run; ordered by rounds, each round one run of every set for every
+    task, so that what a sweep has finished when it is stopped is a paired sample of every method, balanced
+    across the sets. The tasks as given where ``prompts_per_task`` is 0.
+
+    >>> config = MethodsConfig(prompts_per_task=2)
+    >>> [t["prompts"] for t in chunked([{"method": "m"}], [3, 2], config)]
+    [[0, 2], [3, 5], [2, 3]]
+    """
     size = config.prompts_per_task
     if not size:
         return list(tasks)
+    starts = np.cumsum([0, *sizes])
+    runs = [  # per set, its runs of prompts
+        [[a, min(a + size, int(stop))] for a in range(int(start), int(stop), size)]
+        for start, stop in zip(starts[:-1], starts[1:], strict=True)
+    ]
+    rounds = max((len(r) for r in runs), default=0)
     return [
-        task | {"prompts": [a, min(a + size, prompts)]} for task in tasks for a in range(0, prompts, size)
+        task | {"prompts": mine[k]} for k in range(rounds) for mine in runs if k < len(mine) for task in tasks
     ]
 
 
@@ -401,10 +424,23 @@ def sweep_methods(
     """Run ``fn(task, todo, models=pair, config)`` for every task (:func:`mdsd.harness.sweep.run_tasks`: here,
     or on Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run), join each
     method's runs of prompts (:func:`merge_runs`) and write the rows to ``out/name.{json,csv}`` with
-    ``metadata`` (:func:`mdsd.harness.experiment.write_results`).
-    Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
+    ``metadata`` (:func:`mdsd.harness.experiment.write_results`). With ``config.partial`` nothing is run: the
+    rows are those of the finished tasks in the checkpoint, cut to the prompts every method finished at every
+    temperature (a paired sample), and the metadata says how much was done; the checkpoint stays for
+    ``--resume``. Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
     ``config.output_dir``."""
     out = experiment.output_dir(name, config.output_dir)
+    if config.partial:
+        with experiment.partial_results(out, name, config, resume=True) as checkpoint:
+            done = finished_tasks(checkpoint, tasks) if checkpoint.exists() else {}
+            if not done:
+                raise ValueError(f"--partial: {checkpoint} holds no finished task of this config")
+            rows, prompts = paired_rows(merge_runs(list(done.values())), len({_method_key(t) for t in tasks}))
+            partial = {"tasks_finished": len(done), "tasks": len(tasks), "prompts": prompts}
+            experiment.write_results(out, name, rows, config, config.seed, partial=partial, **metadata)
+            checkpoint_kept = checkpoint.read_bytes()
+        checkpoint.write_bytes(checkpoint_kept)  # partial_results deletes it on leaving; it is not finished
+        return out, rows
     with experiment.partial_results(out, name, config, config.resume) as checkpoint:
         rows = run_tasks(
             fn,
@@ -419,6 +455,20 @@ def sweep_methods(
         rows = merge_runs(rows)
         experiment.write_results(out, name, rows, config, config.seed, **metadata)
     return out, rows
+
+
+def _method_key(task: dict) -> str:
+    return repr(sorted((k, v) for k, v in task.items() if k != "prompts"))
+
+
+def paired_rows(rows: list[dict], methods: int) -> tuple[list[dict], list[int]]:
+    """``rows`` (merged, one per method) cut to the prompts all ``methods`` of them finished, measures
+    recomputed (:func:`merge_runs`); and those prompts. Rows of methods with no such prompt are dropped."""
+    if len(rows) < methods:
+        return [], []
+    common = set.intersection(*({p["prompt"] for p in r["per_prompt"]} for r in rows))
+    cut = [r | {"per_prompt": [p for p in r["per_prompt"] if p["prompt"] in common]} for r in rows]
+    return (merge_runs(cut) if common else []), sorted(common)
 
 
 def plot_methods(rows: list[dict], path: Path) -> None:
