@@ -25,10 +25,14 @@ Inputs, all in the repository:
 * the tokens per target forward each method reached on the real Qwen2.5-Coder pair
   (``results/batch_efficiency``, ``results/draft_sources``).
 
-For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup over autoregressive decoding
-on the same profiles, and beside it the **bound** of the method's plan: the speedup if every drafted path
-were accepted whole (depth + 1 tokens per step; retrieved chains count at their depth), which only the
-draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
+For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup over autoregressive decoding on
+the same profiles (the baseline: AR's step predicted as a forward of one token, plus AR's own fitted overhead
+where ``--overhead`` is given), and with ``--fused-ar`` also over autoregressive decoding as mdsd runs it
+fastest, its B = 1 step compiled by inductor and captured, as measured on the GPU (``speedup_vs_fused_ar``;
+the method itself is predicted on the profiles' path), and beside them the **bound** of the method's plan: the
+speedup if every drafted path were accepted whole (depth + 1 tokens per step; retrieved chains count at their
+depth), which only the draft/target cost ratio limits. The forwards' shapes are the path's own
+(:func:`mdsd.costs.step_forwards`).
 A source-first method (``/first[:N[:M]]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture
 it ran: its measured share of steps that drafted with the model at the whole plan, the measured number of
 them whose first draft forward read the draft's whole buffer (``CapturedRunner.LAG`` blocks, after chains-only
@@ -97,6 +101,10 @@ class Config:
         default=(4096, 16384), metadata={"help": "with --heads: the head's MLP width and draft vocabulary"}
     )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
+    fused_ar: str = field(
+        default="",
+        metadata={"help": "gpu_fast.json with a measured fused AR step (B = 1): a second baseline column"},
+    )
     label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
     results: tuple[str, ...] = field(
         default=(
@@ -182,6 +190,26 @@ def fit_overheads(path: Path) -> dict[str, Overhead]:
     return fits
 
 
+def fused_ar_seconds(path: Path) -> float:
+    """The measured B = 1 autoregressive step compiled by inductor and captured (``inductor-cudagraph``, tree
+    ``none``) in any section of a ``benchmarks/gpu_fast.py`` result, in seconds."""
+    payload = json.loads(path.read_text())
+    steps = [
+        r["step_ms"]
+        for rows in payload.values()
+        if isinstance(rows, list)
+        for r in rows
+        if isinstance(r, dict)
+        and (r.get("path"), r.get("tree"), r.get("batch")) == ("inductor-cudagraph", "none", 1)
+        and "step_ms" in r
+    ]
+    if len(steps) != 1:
+        raise ValueError(
+            f"--fused-ar {path.name}: {len(steps)} fused autoregressive B = 1 steps, expected one"
+        )
+    return 1e-3 * steps[0]
+
+
 def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
     """(target, draft): the captured forwards of a ``benchmarks/gpu_fast.py`` result's ``forwards`` section
     (or, ``fused``, the inductor-compiled and captured ones of its ``fused_forwards`` section) as cost
@@ -245,6 +273,7 @@ def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, 
         target = mdsd.CostProfile.load(folder / "target.json")
         draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
     overheads = fit_overheads(ROOT / config.overhead) if config.overhead else {}
+    fused_ar = fused_ar_seconds(ROOT / config.fused_ar) if config.fused_ar else None
     baseline = overheads.get("autoregressive")
     stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
@@ -308,6 +337,7 @@ def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, 
                         "step_ms": 1e3 * step,
                         "autoregressive_ms": 1e3 * ar,
                         "speedup": e * ar / step,
+                        "speedup_vs_fused_ar": e * fused_ar / step if fused_ar and B == 1 else None,
                         "bound": (plan.max_depth + 1) * ar / step,
                         "extrapolated": widest > target.tokens[-1],
                     }
@@ -343,12 +373,14 @@ def summary(
         if ratio
         else "No draft profile: only methods that run no draft model (a draft source alone) are predicted.",
         "",
+        baseline_text(rows, config),
+        "",
         "Each cell: predicted speedup (bound: every drafted path accepted whole).",
         "",
         "| results: set | T | method | tokens/forward | "
         + " | ".join(f"B = {B}" for B in config.batches)
-        + " |",
-        "|---|---|---|---|" + "---|" * len(config.batches),
+        + (" | B = 1 vs fused AR |" if config.fused_ar else " |"),
+        "|---|---|---|---|" + "---|" * (len(config.batches) + bool(config.fused_ar)),
     ]
     keys = sorted({(r["source"], r["dataset"], r["temperature"], r["method"]) for r in rows}, key=str)
     for source, dataset, temperature, method in keys:
@@ -359,6 +391,9 @@ def summary(
             == (source, dataset, temperature, method)
         ]
         cells = " | ".join(f"{r['speedup']:.2f} ({r['bound']:.2f})" for r in mine)
+        if config.fused_ar:
+            vs = next((r["speedup_vs_fused_ar"] for r in mine if r["speedup_vs_fused_ar"] is not None), None)
+            cells += f" | {vs:.2f}" if vs is not None else " | "
         name = f"{source}: {dataset}" if dataset else source
         star = "*" if mine[0]["extrapolated"] else ""
         share = mine[0].get("model_step_share")
@@ -368,6 +403,26 @@ def summary(
             f"{cells} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def baseline_text(rows: list[dict], config: Config) -> str:
+    """What the speedups divide by, in words, with AR's step at B = 1."""
+    ar = next((r["autoregressive_ms"] for r in rows if r["batch"] == 1), None)
+    kind = (
+        "fused, captured" if config.fused else "captured" if config.forwards or config.heads else "profiled"
+    )
+    text = (
+        f"Baseline: autoregressive decoding on the same {kind} forwards"
+        + (" plus AR's own fitted overhead" if config.overhead else "")
+        + (f" ({ar:.2f} ms a token at B = 1)" if ar is not None else "")
+    )
+    if config.fused_ar:
+        fused = 1e3 * fused_ar_seconds(ROOT / config.fused_ar)
+        text += (
+            f"; last column: over AR as mdsd runs it fastest, compiled by inductor and captured, measured at "
+            f"{fused:.2f} ms a token ({config.fused_ar}), the method still on the profiles' path"
+        )
+    return text + "."
 
 
 def overhead_text(overheads: dict[str, Overhead], fitted: bool) -> str:

@@ -588,6 +588,23 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
         twin = same[(r["source"], r["dataset"], r["method"], r["temperature"])]
         assert r["speedup"] == pytest.approx(twin["speedup"], rel=1e-9)
         assert r["step_ms"] == pytest.approx(twin["step_ms"] / 2, rel=1e-9)
+    # --fused-ar: a measured fused AR step (B = 1) is a second baseline, for the B = 1 rows only
+    payload["fused"] = [{"path": "inductor-cudagraph", "tree": "none", "batch": 1, "step_ms": 1.9}]
+    (tmp_path / "gpu_fast.json").write_text(json.dumps(payload))
+    config = Config(
+        forwards=str(tmp_path / "gpu_fast.json"), context=256, fused_ar=str(tmp_path / "gpu_fast.json")
+    )
+    both, _, ratio, target = predictions(config)
+    for r in both:
+        e = r["speedup"] * r["step_ms"] / r["autoregressive_ms"]  # the tokens per step it was predicted at
+        expected = e * 1.9 / r["step_ms"] if r["batch"] == 1 else None
+        assert r["speedup_vs_fused_ar"] == (pytest.approx(expected, rel=1e-9) if expected else None)
+    text = mod["summary"](both, {}, ratio, config, target)
+    assert "B = 1 vs fused AR" in text and "measured at 1.90 ms a token" in text
+    payload["fused"].append(dict(payload["fused"][0]))
+    (tmp_path / "gpu_fast.json").write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match="2 fused autoregressive B = 1 steps, expected one"):
+        predictions(config)
     with pytest.raises(ValueError, match=r"--batches must lie in \[1, 1\]"):
         predictions(Config(forwards=str(tmp_path / "gpu_fast.json"), fused=True, context=256))
     with pytest.raises(ValueError, match="--fused reads"):
