@@ -27,9 +27,18 @@ compare methods only when they ran alone on the same machine (the default, not -
         --max-new-tokens 128 --temperatures 0.6 1.0 --output-dir results/batch_efficiency_gpu \\
         --methods $METHODS
 
+    # whole prompt sets, 8 prompts a batch, checkpointed every 16 prompts of a set (rounds of every method,
+    # so a stopped run is a paired sample); --resume continues, --partial writes what is done so far:
+    python experiments/batch_efficiency.py --prompts-per-set 0 --max-new-tokens 64 --temperatures 0.6 0 \\
+        --batch-size 8 --prompts-per-task 16 --dtype float32 --output-dir results/whole_sets/qwen2.5-coder \\
+        --resume --methods $WHOLE
+
 with METHODS="hf-autoregressive hf-assisted hf-assisted-heuristic chain:4/single chain:16/single/grow
 sequoia:16/rrsw binary:3/rrsw dynamic:8,2,3,24/rrsw binary:3/spechub dynamic:8,2,3,24/spechub binary:3/kseq
-dynamic:8,2,3,24/kseq binary:3/greedy dynamic:8,2,3,24/greedy binary:3/rrs dynamic:8,2,3,24/rrs".
+dynamic:8,2,3,24/kseq binary:3/greedy dynamic:8,2,3,24/greedy binary:3/rrs dynamic:8,2,3,24/rrs" and
+WHOLE="hf-assisted none/topk+lookup chain:4/single chain:4/single+lookup chain:4/single/first+lookup
+binary:3/rrs binary:3/rrsw binary:3/spechub binary:3/optimal dynamic:8,2,3,24/rrsw" (autoregressive decoding
+is 1 token per target forward by definition; its speed on this CPU is not what the sets measure).
 """
 
 from __future__ import annotations
