@@ -36,8 +36,8 @@ compare methods only when they ran alone on the same machine (the default, not -
 with METHODS="hf-autoregressive hf-assisted hf-assisted-heuristic chain:4/single chain:16/single/grow
 sequoia:16/rrsw binary:3/rrsw dynamic:8,2,3,24/rrsw binary:3/spechub dynamic:8,2,3,24/spechub binary:3/kseq
 dynamic:8,2,3,24/kseq binary:3/greedy dynamic:8,2,3,24/greedy binary:3/rrs dynamic:8,2,3,24/rrs" and
-WHOLE="hf-assisted none/topk+lookup chain:4/single chain:4/single+lookup chain:4/single/first+lookup
-binary:3/rrs binary:3/rrsw binary:3/spechub binary:3/optimal dynamic:8,2,3,24/rrsw" (autoregressive decoding
+WHOLE="none/topk+lookup chain:4/single chain:4/single+lookup chain:4/single/first+lookup binary:3/rrs
+binary:3/rrsw binary:3/spechub binary:3/optimal dynamic:8,2,3,24/rrsw hf-assisted" (autoregressive decoding
 is 1 token per target forward by definition; its speed on this CPU is not what the sets measure).
 """
 
