@@ -17,6 +17,16 @@ The drafters sit above the Hugging Face glue (:mod:`mdsd.hf`): their runs load t
 
 from mdsd.drafters.head import FeatureHead, HeadConfig
 from mdsd.drafters.pair import is_head, load_target_and_drafter
+from mdsd.drafters.small import SmallConfig, SmallDrafter
 from mdsd.drafters.train import TrainConfig, train
 
-__all__ = ["FeatureHead", "HeadConfig", "TrainConfig", "train", "load_target_and_drafter", "is_head"]
+__all__ = [
+    "FeatureHead",
+    "HeadConfig",
+    "SmallDrafter",
+    "SmallConfig",
+    "TrainConfig",
+    "train",
+    "load_target_and_drafter",
+    "is_head",
+]

@@ -23,8 +23,9 @@ resampled together.
 An mdsd method on the fast path (``TreeMethod(compile=...)``) replays captured steps, which call no model
 from Python, so the hook cannot see its forwards: its counts are the decoder's own (one target forward per
 step, ``draft_forwards``), which equal the hook's on the eager path (tested). So are the counts of a method
-whose draft is a feature head (:class:`mdsd.drafters.FeatureHead`): the target hands it features through
-its inner model, which the hook on the top-level module does not see.
+whose draft is one of mdsd's own drafters (:class:`mdsd.drafters.FeatureHead`,
+:class:`mdsd.drafters.SmallDrafter`): their caches run their layers, not their top-level module, which is what
+the hook sees.
 
 >>> ratio_interval([6, 9], [3, 3])  # two prompts at 2 and 3 tokens a forward
 (2.5, (2.0, 3.0))
@@ -53,6 +54,7 @@ from mdsd.hf.baselines import (
 from mdsd.token_tree import Tree
 from mdsd.tree.adaptive import DepthPolicy
 from mdsd.tree.decoder import TreeDecodeOutput, TreeDecoder
+from mdsd.tree.drafter import Drafter
 from mdsd.tree.plan import DynamicTree
 
 __all__ = [
@@ -107,8 +109,10 @@ class HFAssisted:
         return "hf-assisted" + (f" ({given})" if given else "")
 
     def _prepare(self, check: _Checked, draft: torch.nn.Module) -> Decode:
-        if getattr(draft, "reads_features", False):
-            raise ValueError("HF assisted generation needs a draft model; the draft here is a feature head")
+        if isinstance(draft, Drafter):
+            raise ValueError(
+                "HF assisted generation needs a draft model; the draft here is one of mdsd's own drafters"
+            )
         options = _assistant_options(self.options)
         return lambda ids, seed: _generate(check, draft, ids, seed, options)
 
@@ -290,7 +294,7 @@ def compare(
                 seconds = time.perf_counter() - clock
             for i, out in enumerate(outs, start):
                 forwards = (n[0], n[1])
-                if width > 1 or getattr(method, "compile", False) or getattr(draft, "reads_features", False):
+                if width > 1 or getattr(method, "compile", False) or isinstance(draft, Drafter):
                     forwards = (
                         out.steps,
                         out.draft_forwards,

@@ -42,6 +42,7 @@ from mdsd.harness import experiment
 from mdsd.harness.comparison import HFAssisted, TreeMethod, compare, summarise
 from mdsd.harness.sweep import finished_tasks, per_process, run_tasks
 from mdsd.token_tree import Tree
+from mdsd.tree.drafter import Drafter
 from mdsd.tree.spec import compile_option, parse_method, parse_tree
 from mdsd.verifiers.registry import path_rule, supports, verifier
 
@@ -252,8 +253,8 @@ def run_method(
     t = task["temperature"]
     start, stop = task.get("prompts", (0, len(todo)))
     method, predicted = make_method(task["method"], t, config)
-    if getattr(draft, "reads_features", False):
-        predicted = None  # the bundled corpus's acceptance vectors are the 0.5B draft's, not a head's
+    if isinstance(draft, Drafter):
+        predicted = None  # the bundled corpus's acceptance vectors are the 0.5B draft's, not a trained one's
     result = compare(
         [method],
         todo[start:stop],
