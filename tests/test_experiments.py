@@ -257,7 +257,12 @@ def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
     checkpoint.write_text("\n".join(lines) + "\n")
     partial = run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
     payload = json.loads((tmp_path / "partial" / "batch_efficiency.json").read_text())
-    assert payload["partial"] == {"tasks_finished": 3, "tasks": 4, "prompts": [0, 1]}
+    assert payload["partial"] == {
+        "tasks_finished": 3,
+        "tasks": 4,
+        "prompts": [0, 1],
+        "methods_not_started": [],
+    }
     for got, row in zip(partial["rows"], runs, strict=True):  # both methods, on the prompts both finished
         first = [p for p in row["per_prompt"] if p["prompt"] < 2]
         assert got["per_prompt"] == first and got["tokens"] == sum(p["tokens"] for p in first)
@@ -266,6 +271,11 @@ def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
         "partial: the prompts every method finished so far"
         in (tmp_path / "partial" / "summary.md").read_text()
     )
+    checkpoint.write_text(lines[0] + "\n")  # one method has run: its rows, and the other named as not started
+    partial = run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    payload = json.loads((tmp_path / "partial" / "batch_efficiency.json").read_text())
+    assert [r["method"] for r in partial["rows"]] == methods[:1]
+    assert payload["partial"]["methods_not_started"] == [{"temperature": 0.6, "method": methods[1]}]
     with pytest.raises(SystemExit):
         run_script("batch_efficiency", tmp_path / "bad", *flags, "--prompts-per-task", "3")
     assert "--prompts-per-task must be 0 or a multiple of --batch-size 2, got 3" in capsys.readouterr().err

@@ -426,9 +426,9 @@ def sweep_methods(
     or on Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run), join each
     method's runs of prompts (:func:`merge_runs`) and write the rows to ``out/name.{json,csv}`` with
     ``metadata`` (:func:`mdsd.harness.experiment.write_results`). With ``config.partial`` nothing is run: the
-    rows are those of the finished tasks in the checkpoint, cut to the prompts every method finished at every
-    temperature (a paired sample), and the metadata says how much was done; the checkpoint stays for
-    ``--resume``. Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
+    rows are those of the finished tasks in the checkpoint, cut to the prompts every method that has run
+    (at each temperature) finished (a paired sample), and the metadata says how much was done and which
+    methods have not run yet; the checkpoint stays for ``--resume``. Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
     ``config.output_dir``."""
     out = experiment.output_dir(name, config.output_dir)
     if config.partial:
@@ -436,8 +436,16 @@ def sweep_methods(
             done = finished_tasks(checkpoint, tasks) if checkpoint.exists() else {}
             if not done:
                 raise ValueError(f"--partial: {checkpoint} holds no finished task of this config")
-            rows, prompts = paired_rows(merge_runs(list(done.values())), len({_method_key(t) for t in tasks}))
-            partial = {"tasks_finished": len(done), "tasks": len(tasks), "prompts": prompts}
+            merged = merge_runs(list(done.values()))
+            rows, prompts = paired_rows(merged, len(merged))
+            started = {(r["temperature"], r["method"]) for r in merged}
+            missing = sorted({(t["temperature"], t["method"]) for t in tasks} - started)
+            partial = {
+                "tasks_finished": len(done),
+                "tasks": len(tasks),
+                "prompts": prompts,
+                "methods_not_started": [{"temperature": t, "method": m} for t, m in missing],
+            }
             experiment.write_results(out, name, rows, config, config.seed, partial=partial, **metadata)
             checkpoint_kept = checkpoint.read_bytes()
         checkpoint.write_bytes(checkpoint_kept)  # partial_results deletes it on leaving; it is not finished
@@ -456,10 +464,6 @@ def sweep_methods(
         rows = merge_runs(rows)
         experiment.write_results(out, name, rows, config, config.seed, **metadata)
     return out, rows
-
-
-def _method_key(task: dict) -> str:
-    return repr(sorted((k, v) for k, v in task.items() if k != "prompts"))
 
 
 def paired_rows(rows: list[dict], methods: int) -> tuple[list[dict], list[int]]:
