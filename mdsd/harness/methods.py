@@ -428,8 +428,8 @@ def sweep_methods(
     ``metadata`` (:func:`mdsd.harness.experiment.write_results`). With ``config.partial`` nothing is run: the
     rows are those of the finished tasks in the checkpoint, cut to the prompts every method that has run
     (at each temperature) finished (a paired sample), and the metadata says how much was done and which
-    methods have not run yet; the checkpoint stays for ``--resume``. Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
-    ``config.output_dir``."""
+    methods have not run yet; the checkpoint stays for ``--resume``. Returns ``(out, rows)``, ``out`` being
+    :func:`mdsd.harness.experiment.output_dir` of ``config.output_dir``."""
     out = experiment.output_dir(name, config.output_dir)
     if config.partial:
         with experiment.partial_results(out, name, config, resume=True) as checkpoint:
