@@ -659,3 +659,31 @@ def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_
         )
     with pytest.raises(ValueError, match="not both"):
         predictions(Config(heads="a", forwards="b"))
+
+
+def test_specialised_drafters_quick(tmp_path):
+    """Every drafter on every set; the greedy chains computed from agreement are the decoder's own tokens per
+    target forward (the small drafter decoded here at T = 0 on the run's prompts and answers)."""
+    from mdsd.drafters.small import SmallDrafter
+    from mdsd.hf.tiny import tiny_pair
+
+    target, _ = tiny_pair(0)
+    drafter = SmallDrafter.fresh(target, torch.arange(64), 16, 2, 4, 2, 24, seed=1)
+    drafter.save(tmp_path / "small")
+    flags = ("--drafters", str(tmp_path / "small"), "--sets", "a", "b", "--prompts-per-set", "3")
+    payload = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens", "10")
+    rows = payload["rows"]
+    assert [(r["drafter"], r["set"]) for r in rows] == [
+        (d, s) for d in ("draft-0.5b", "small") for s in ("a", "b")
+    ]
+    answers = json.loads((tmp_path / "out" / "answers.json").read_text())["answers"]
+    for depth in (1, 4):
+        dec = mdsd.TreeDecoder(target, drafter, mdsd.Tree.chain(depth), "single", temperature=0.0)
+        for set_name in ("a", "b"):
+            prompts = [p for p, _ in answers[set_name]]
+            outs = dec.generate_batch(prompts, 10)
+            assert [o.tokens.tolist() for o in outs] == [a for _, a in answers[set_name]]
+            want = sum(o.tokens.numel() for o in outs) / sum(len(o.tokens_per_step) for o in outs)
+            row = next(r for r in rows if r["drafter"] == "small" and r["set"] == set_name)
+            assert row[f"greedy_chain{depth}"] == pytest.approx(want)
+    assert all(0 <= r["acceptance"] <= r["alpha_2"] <= r["alpha_4"] <= 1 for r in rows)
