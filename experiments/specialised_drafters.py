@@ -46,6 +46,7 @@ import torch
 from tqdm import tqdm
 
 import mdsd
+import mdsd.drafters.stages
 from mdsd.drafters.answers import greedy_chain, position_acceptance, teacher_forced_logits
 from mdsd.harness.comparison import INTERVAL_METHOD, paired_ratio, ratio_interval
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
@@ -130,6 +131,8 @@ def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
     for folder in config.drafters:
         path = Path(folder).expanduser()
         if mdsd.drafters.small.is_small(path):
+            if not config.quick:  # a set it was trained on is not held out
+                mdsd.drafters.stages.check_heldout(path, config.sets)
             drafters[path.name] = mdsd.drafters.SmallDrafter.load(path, target, digest, tokenizer)
         elif mdsd.drafters.is_head(path):
             drafters[path.name] = mdsd.drafters.FeatureHead.load(path, target, digest)

@@ -47,7 +47,16 @@ from mdsd.drafters.small import SmallDrafter, read_config, tokenizer_digest
 from mdsd.drafters.train import _rate
 from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
 
-__all__ = ["StageConfig", "TokenData", "pretrain_data", "finetune_data", "train_stage", "STAGES"]
+__all__ = [
+    "StageConfig",
+    "TokenData",
+    "pretrain_data",
+    "finetune_data",
+    "train_stage",
+    "training_sets",
+    "check_heldout",
+    "STAGES",
+]
 
 STAGES = ("pretrain", "finetune")
 CHECKPOINT = "checkpoint.pt"
@@ -486,6 +495,30 @@ def train_stage(
     }
     (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     return out
+
+
+def training_sets(folder: str | os.PathLike) -> tuple[str, ...]:
+    """The training sets a trained small drafter in ``folder`` read, from its ``training.json`` (those of
+    the run it was initialised from, ``--init``, included)."""
+    path = Path(folder) / TRAINING
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {TRAINING} (not a finished stage)")
+    record = json.loads(path.read_text())
+    source = record["source"]
+    sets = list(source.get("corpus", [])) + list(source.get("config", {}).get("sets", []))
+    if record.get("init"):
+        sets += training_sets(record["init"])
+    return tuple(dict.fromkeys(sets))
+
+
+def check_heldout(folder: str | os.PathLike, sets: tuple[str, ...], cache=None) -> None:
+    """Refuse (``ValueError`` naming both items) evaluation prompt ``sets`` that share text with what the
+    small drafter in ``folder`` was trained on (:func:`mdsd.data.training.check_disjoint`)."""
+    from mdsd.data.prompts import load_texts
+    from mdsd.data.training import check_disjoint, load_training_texts
+
+    trained = {name: load_training_texts(name, cache) for name in training_sets(folder)}
+    check_disjoint(trained, {name: load_texts(name, cache) for name in sets})
 
 
 def _save_checkpoint(path: Path, key, drafter, optimizer, schedule, step, seen, curve, rng) -> None:

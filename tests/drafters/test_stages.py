@@ -210,3 +210,27 @@ def test_bad_inputs_are_refused(setup, tiny_set, tmp_path):
         StageConfig(row_tokens=1)
     with pytest.raises(ValueError, match="draft_vocab must be a positive int"):
         StageConfig(draft_vocab=0)
+
+
+def test_an_evaluation_set_that_overlaps_the_training_data_is_refused(setup, tiny_set, tmp_path, monkeypatch):
+    """The sets a drafter read (its own and its --init's) are checked against the evaluation sets."""
+    import importlib
+
+    prompts = importlib.import_module("mdsd.data.prompts")
+    target_dir, folder = setup
+    config = StageConfig(**{**SMALL, "steps": 2})
+    data = stages.finetune_data(folder, load_tokenizer(target_dir))
+    train_stage("finetune", config, data, target_dir, tmp_path / "f", progress=False)
+    assert stages.training_sets(tmp_path / "f") == ("tiny-train",)
+    trained = ["cat sat", "please say: the quick brown fox jumps over lazy dogs, then stop"]
+    monkeypatch.setattr(training, "load_training_texts", lambda name, cache=None: trained)
+    held = {
+        "clean": ["nothing of the kind here at all"],
+        "leaky": ["the quick brown fox jumps over lazy dogs"],
+    }
+    monkeypatch.setattr(prompts, "load_texts", lambda name, cache=None: held[name])
+    stages.check_heldout(tmp_path / "f", ("clean",))
+    with pytest.raises(
+        ValueError, match=r"training item tiny-train\[1\] shares text with held-out item leaky\[0\]"
+    ):
+        stages.check_heldout(tmp_path / "f", ("clean", "leaky"))
