@@ -247,8 +247,8 @@ def render_item(
     if spec.kind == "code":
         reference = f"```python\n{text}{reference}```"
     answer = list(tokenizer.encode(reference, add_special_tokens=False))
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
-    if len(answer) >= max_answer_tokens or end is None:
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")  # not get_vocab(): it builds the whole vocabulary
+    if len(answer) >= max_answer_tokens or end is None or end == tokenizer.unk_token_id:
         return prompt, answer[:max_answer_tokens]
     return prompt, answer + [end]
 
