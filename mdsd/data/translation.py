@@ -77,6 +77,7 @@ __all__ = [
     "Language",
     "Pair",
     "SPLITS",
+    "evaluation_order",
     "is_heldout",
     "load_pairs",
     "normalise",
@@ -92,6 +93,7 @@ SPLITS = ("train", "heldout")
 MIN_WORDS = 5  # English words of a kept pair
 MIN_SCRIPT = 0.3  # share of the translation's non-space characters in the language's script
 _SALT = "mdsd-issue43:"  # prefix of the hashed key of the split
+_ORDER = "mdsd-issue43-order:"  # prefix of the hashed key of the evaluation order
 _PYTHON = "3.11"  # pretix and weblate require Python >= 3.11; their wheels are only read, never imported
 
 
@@ -371,6 +373,20 @@ def is_heldout(english: str) -> bool:
     """
     key = normalise(english)
     return int(hashlib.sha256((_SALT + key).encode()).hexdigest(), 16) % 10 == 0
+
+
+def evaluation_order(pairs: Iterable[Pair]) -> list[Pair]:
+    """``pairs`` sorted by sha256(``"mdsd-issue43-order:" + normalise(english)``): a fixed shuffle, so that
+    the first n held-out prompts mix the four catalogs (in source order they would all be pretix's), and,
+    the key being the English, the first n of two languages are mostly translations of the same messages.
+
+    >>> a, b = Pair("x", "Open the file now", "A"), Pair("x", "Close the window now", "B")
+    >>> evaluation_order([a, b]) == evaluation_order([b, a])
+    True
+    """
+    return sorted(
+        pairs, key=lambda pair: hashlib.sha256((_ORDER + normalise(pair.english)).encode()).digest()
+    )
 
 
 def script_share(text: str, language: str) -> float:
