@@ -352,7 +352,7 @@ def test_load_pairs_reads_the_fake_wheels(fake_catalogs):
 
 def test_translate_sets_are_prompt_and_training_sets(fake_catalogs, monkeypatch):
     splits, _ = fake_catalogs
-    held_out = [pair.text for pair in splits["deu"]["heldout"]]
+    held_out = [pair.text for pair in translation.evaluation_order(splits["deu"]["heldout"])]
     assert load_texts("translate-deu") == held_out
     tok = CharTokenizer(template=True)
     first = prompts("translate-deu", 1, tok)[0]
