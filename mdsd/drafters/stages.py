@@ -78,7 +78,7 @@ class StageConfig:
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     warmup: int = field(default=50, metadata={"help": "linear warm-up steps"})
-    steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    steps: int = field(default=1200, metadata={"help": "optimizer steps"})
     batch_tokens: int = field(default=4096, metadata={"help": "tokens per step (sequences packed in rows)"})
     row_tokens: int = field(default=512, metadata={"help": "tokens per packed row (longer sequences cut)"})
     held_out: float = field(default=0.02, metadata={"help": "share of sequences kept for validation"})
