@@ -341,7 +341,7 @@ def evaluate(drafter: SmallDrafter, data: TokenData, slot: torch.Tensor, config:
         "loss": sums["loss"] / max(sums["inside"], 1),
         "top1": sums["top1"] / max(sums["trained"], 1),
         "outside_vocab": 1 - sums["inside"] / max(sums["trained"], 1),
-        "tokens": sums["trained"],
+        "validation_tokens": sums["trained"],
     }
 
 

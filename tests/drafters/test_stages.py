@@ -111,7 +111,7 @@ def test_packing_and_the_validation_are_exact(setup):
                     inside += 1
                     loss -= float(torch.log_softmax(logits[j - 1], -1)[k])
                     hits += int(int(logits[j - 1].argmax()) == k)
-    assert got["tokens"] == trained and 0 < inside < trained
+    assert got["validation_tokens"] == trained and 0 < inside < trained
     assert got["loss"] == pytest.approx(loss / inside, rel=1e-5)
     assert got["top1"] == pytest.approx(hits / trained)
     assert got["outside_vocab"] == pytest.approx(1 - inside / trained)
@@ -124,6 +124,8 @@ def test_pretraining_then_finetuning_trains_drafters_that_decode_losslessly(setu
     log = json.loads((tmp_path / "p" / TRAINING).read_text())
     steps = [point["step"] for point in log["curve"]]
     assert steps == [0, 1, 2, 4, 8, 10, 16, 20, 24]  # powers of two and every eval_every: a log axis
+    tokens = [point["tokens"] for point in log["curve"]]  # trained tokens seen (regression: the validation's)
+    assert tokens[0] == 0 and all(b > a for a, b in zip(tokens, tokens[1:], strict=False))
     assert log["curve"][-1]["loss"] < log["curve"][0]["loss"]
     data = stages.finetune_data(folder, load_tokenizer(target_dir))
     for name, init in (("f", None), ("pf", tmp_path / "p")):
