@@ -33,7 +33,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -247,6 +247,31 @@ class SmallDrafter(nn.Module):
             raise ValueError(f"{folder}: the weights do not fit its {CONFIG} ({err})") from None
         param = next(target.parameters())
         return drafter.to(param.device, param.dtype)
+
+    def extended(self, target: nn.Module, extra: torch.Tensor) -> SmallDrafter:
+        """A copy with the tokens ``extra`` added to its draft vocabulary. Their output rows are the target's
+        output rows of them through the least-squares linear map A [E, h] that takes the target's rows of
+        the present vocabulary closest to this drafter's (min ‖W_out[M] A − U‖): the new rows stand to the
+        old ones as the target's do. Every other weight, and every present row, is kept."""
+        extra = torch.as_tensor(extra).long().flatten()
+        if torch.isin(extra, self.vocab).any() or extra.unique().numel() != extra.numel():
+            raise ValueError("extra must be distinct tokens outside the draft vocabulary")
+        vocab = torch.cat([self.vocab.cpu(), extra.cpu()]).sort().values
+        vocab = _check_vocab(vocab, self.small_config.vocab_size)
+        rows = target.get_output_embeddings().weight.detach().double().cpu()
+        old = self.out.detach().double().cpu()
+        fit = torch.linalg.lstsq(rows[self.vocab.cpu()], old).solution  # [E, h]
+        out = torch.empty(vocab.numel(), old.shape[1], dtype=torch.float64)
+        at = torch.searchsorted(vocab, self.vocab.cpu())
+        out[at] = old
+        fresh = torch.ones(vocab.numel(), dtype=torch.bool)
+        fresh[at] = False
+        out[fresh] = rows[vocab[fresh]] @ fit
+        config = replace(self.small_config, draft_vocab=int(vocab.numel()))
+        grown = SmallDrafter(config, self.embed, vocab)
+        state = {k: v for k, v in self.state_dict().items() if k != "out"}
+        grown.load_state_dict(state | {"out": out.to(self.out.dtype)})
+        return grown.to(self.out.device, self.out.dtype)
 
     # -- the computation ---------------------------------------------------------------------------------
 

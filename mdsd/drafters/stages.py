@@ -17,7 +17,8 @@ pretrained drafter) over one loop:
   trained tokens on the draft vocabulary M, which is KL(p̂ ‖ q) for the one-hot empirical law p̂ of the
   text (a token outside M has q = 0 and no gradient; the run records how many there are). M is the
   ``draft_vocab`` tokens most frequent among the trained tokens of a fresh drafter's data, or its
-  ``--init`` drafter's;
+  ``--init`` drafter's, extended by the data's most frequent tokens it lacks where ``draft_vocab`` is larger
+  (:meth:`SmallDrafter.extended`);
 * AdamW with a linear warm-up and a cosine decay to a tenth; gradients clipped at norm 1;
 * the learning curve is evaluated at steps 1, 2, 4, 8, ... and every ``eval_every`` steps (a log axis of
   tokens seen has its points) on the validation sequences: the cross-entropy and the top-1 agreement, the
@@ -251,13 +252,19 @@ def finetune_data(folder: str | os.PathLike, tokenizer) -> tuple[list[list[int]]
     return rows, starts, source
 
 
-def _vocabulary(data: TokenData, size: int) -> torch.Tensor:
+def _vocabulary(data: TokenData, size: int, sort: bool = True) -> torch.Tensor:
     """The ``size`` tokens most frequent among the trained tokens of the training sequences (ties: lower
-    id first), sorted."""
+    id first), sorted (``sort=False``: most frequent first)."""
     picked = [data.sequence(i)[data.starts[i] :] for i in range(len(data.starts)) if not data.held[i]]
     ids, counts = np.unique(np.concatenate(picked), return_counts=True)
     order = np.lexsort((ids, -counts))[:size]
-    return torch.from_numpy(np.sort(ids[order]).astype(np.int64))
+    picked = np.sort(ids[order]) if sort else ids[order]
+    return torch.from_numpy(picked.astype(np.int64))
+
+
+def _layers(shape: dict) -> dict:
+    """An architecture's shape less its draft vocabulary (which finetuning may extend)."""
+    return {k: v for k, v in shape.items() if k != "draft_vocab"}
 
 
 def _pack(
@@ -382,10 +389,10 @@ def train_stage(
     digest = tokenizer_digest(load_tokenizer(target_dir))
     if init is not None:
         saved = read_config(init)
-        if saved.shape() != config.shape():
+        if _layers(saved.shape()) != _layers(config.shape()) or config.draft_vocab < saved.draft_vocab:
             raise ValueError(
                 f"--init: {init} holds a drafter of another architecture ({saved.shape()}) than this run's "
-                f"({config.shape()}): give the run its shape"
+                f"({config.shape()}): give the run its shape (a draft vocabulary as large or larger)"
             )
     rows, starts, source = data_source
     if stage == "finetune" and "distilled" in source:
@@ -410,6 +417,10 @@ def train_stage(
     target = load_model(target_dir, "float32")
     if init is not None:
         drafter = SmallDrafter.load(init, target, described["weights_sha256"], digest)
+        if config.draft_vocab > drafter.vocab.numel():  # the task's most frequent tokens the init lacks
+            ranked = _vocabulary(data, config.draft_vocab + drafter.vocab.numel(), sort=False)
+            extra = ranked[~torch.isin(ranked, drafter.vocab)][: config.draft_vocab - drafter.vocab.numel()]
+            drafter = drafter.extended(target, extra)
     else:
         drafter = SmallDrafter.fresh(
             target,

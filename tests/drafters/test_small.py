@@ -224,3 +224,27 @@ def test_a_small_drafters_cost_is_its_input_map_layers_and_output_rows():
     layer = h * D * (2 * 4 + 2 * 2) + 3 * h * 24
     want = E * h + 3 * layer + 20 * h
     assert forward_cost(drafter).multiply_adds == want
+
+
+def test_an_extended_drafter_keeps_its_rows_and_fits_the_new_ones():
+    """Adding tokens to the draft vocabulary keeps every weight and present row (so the present tokens'
+    logits), and gives each new token the target's row through the least-squares map of the present ones."""
+    target = tiny_lm(0, vocab=24)
+    drafter = _drafter(target, torch.tensor([1, 4, 7, 9, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23]))
+    grown = drafter.extended(target, torch.tensor([2, 5]))
+    assert grown.vocab.tolist() == sorted([*drafter.vocab.tolist(), 2, 5])
+    ids, positions = torch.tensor([[3, 5, 8, 1]]), torch.arange(4)[None]
+    with torch.no_grad():
+        x = drafter.inputs(ids)
+        for layer in drafter.layers:
+            x = layer(x, positions)
+        old, new = drafter.draft_logits(x, 1.0), grown.draft_logits(x, 1.0)
+        assert torch.allclose(grown(ids, positions)[..., torch.searchsorted(grown.vocab, drafter.vocab)],
+                              drafter(ids, positions))  # fmt: skip
+    assert torch.allclose(new[..., drafter.vocab], old[..., drafter.vocab])
+    rows = target.lm_head.weight.double()
+    fit = torch.linalg.lstsq(rows[drafter.vocab], drafter.out.double()).solution
+    at = torch.searchsorted(grown.vocab, torch.tensor([2, 5]))
+    assert torch.allclose(grown.out[at].double(), rows[[2, 5]] @ fit, atol=1e-5)
+    with pytest.raises(ValueError, match="outside the draft vocabulary"):
+        drafter.extended(target, torch.tensor([4]))

@@ -137,6 +137,10 @@ def test_pretraining_then_finetuning_trains_drafters_that_decode_losslessly(setu
         SmallDrafter.load(tmp_path / "p", target),
         SmallDrafter.load(tmp_path / "pf", target),
     )
+    wider = StageConfig(**{**SMALL, "draft_vocab": 11, "steps": 2})  # P's 10 rows and the task's next token
+    train_stage("finetune", wider, data, target_dir, tmp_path / "pf11", init=tmp_path / "p", progress=False)
+    grown = SmallDrafter.load(tmp_path / "pf11", target)
+    assert grown.vocab.numel() == 11 and set(pretrained.vocab.tolist()) < set(grown.vocab.tolist())
     assert torch.equal(drafter.vocab, pretrained.vocab)  # P→F keeps P's draft vocabulary, and starts from P:
     tokens = TokenData.of(*data[:2], config.held_out, config.seed, config.row_tokens)
     slot = torch.full((len(WORDS),), -1, dtype=torch.long)
@@ -192,6 +196,9 @@ def test_bad_inputs_are_refused(setup, tiny_set, tmp_path):
     tuned = stages.finetune_data(folder, load_tokenizer(target_dir))
     with pytest.raises(ValueError, match="--init: .* another architecture"):
         train_stage("finetune", wider, tuned, target_dir, tmp_path / "f", init=tmp_path / "p", progress=False)
+    fewer = StageConfig(**{**SMALL, "draft_vocab": 5})
+    with pytest.raises(ValueError, match="a draft vocabulary as large or larger"):
+        train_stage("finetune", fewer, tuned, target_dir, tmp_path / "f", init=tmp_path / "p", progress=False)
     with pytest.raises(ValueError, match="no checkpoint to resume"):
         train_stage("pretrain", config, data, target_dir, tmp_path / "x", resume=True, progress=False)
     with pytest.raises(ValueError, match="stage must be one of"):
