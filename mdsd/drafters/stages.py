@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from mdsd.drafters.small import SmallDrafter, read_config, tokenizer_digest
-from mdsd.drafters.train import _rate
+from mdsd.drafters.train import _rate, save_checkpoint
 from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
 
 __all__ = [
@@ -483,7 +483,19 @@ def train_stage(
             curve.append({"step": step, "tokens": seen, "train_loss": float(loss.detach())} | metrics)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics['top1']:.3f}")
         if step % config.checkpoint_every == 0 or step == config.steps:
-            _save_checkpoint(checkpoint, key, drafter, optimizer, schedule, step, seen, curve, rng)
+            save_checkpoint(
+                checkpoint,
+                {
+                    "key": key,
+                    "drafter": drafter.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "step": step,
+                    "seen": seen,
+                    "curve": curve,
+                    "rng": rng.bit_generator.state,
+                },
+            )
     bar.close()
     drafter.eval()
     drafter.save(out)
@@ -530,21 +542,3 @@ def check_heldout(folder: str | os.PathLike, sets: tuple[str, ...], cache=None) 
 
     trained = {name: load_training_texts(name, cache) for name in training_sets(folder)}
     check_disjoint(trained, {name: load_texts(name, cache) for name in sets})
-
-
-def _save_checkpoint(path: Path, key, drafter, optimizer, schedule, step, seen, curve, rng) -> None:
-    partial = path.with_suffix(".partial")
-    torch.save(
-        {
-            "key": key,
-            "drafter": drafter.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "step": step,
-            "seen": seen,
-            "curve": curve,
-            "rng": rng.bit_generator.state,
-        },
-        partial,
-    )
-    os.replace(partial, path)

@@ -53,7 +53,7 @@ from mdsd.drafters.losses import (
 )
 from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
 
-__all__ = ["TrainConfig", "HeadData", "train", "position_loss", "CHECKPOINT", "TRAINING"]
+__all__ = ["TrainConfig", "HeadData", "train", "position_loss", "save_checkpoint", "CHECKPOINT", "TRAINING"]
 
 CHECKPOINT = "checkpoint.pt"
 TRAINING = "training.json"
@@ -334,7 +334,18 @@ def train(
         if step % config.checkpoint_every == 0 or step == config.steps:
             states = _gather_rng(rng, world)
             if rank == 0:
-                _save_checkpoint(checkpoint, key, head, optimizer, schedule, step, curve, states)
+                save_checkpoint(
+                    checkpoint,
+                    {
+                        "key": key,
+                        "head": head.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "step": step,
+                        "curve": curve,
+                        "rng": states,
+                    },
+                )
     bar.close()
     if rank == 0:
         head.save(out)
@@ -382,18 +393,9 @@ def _gather_rng(rng: np.random.Generator, world: int) -> list:
     return states
 
 
-def _save_checkpoint(path: Path, key, head, optimizer, schedule, step, curve, states) -> None:
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write ``state`` to ``path`` whole: to a partial file, then renamed over it (a killed run leaves the
+    previous checkpoint)."""
     partial = path.with_suffix(".partial")
-    torch.save(
-        {
-            "key": key,
-            "head": head.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "step": step,
-            "curve": curve,
-            "rng": states,
-        },
-        partial,
-    )
+    torch.save(state, partial)
     os.replace(partial, path)
