@@ -27,8 +27,10 @@ greedy chain:k at B = 1 over autoregressive decoding, forwards only: tokens per 
         --sets translate-deu translate-fra humaneval mt-bench --prompts-per-set 32 \\
         --output-dir results/specialised_drafters
 
-Writes ``specialised_drafters.json``/``.csv`` (one row per drafter and set), ``positions.npz`` (every
-position's values) and ``specialised_drafters.png`` (the matrix).
+Writes ``specialised_drafters.json``/``.csv`` (one row per set and drafter; a trained small drafter's row
+says what it was trained on: :func:`trained_on`), ``positions.npz`` (every position's values),
+``specialised_drafters.png`` (the matrix) and, where finetuned drafters are read on their own task,
+``learning_curves.png`` (against their finetuning tokens, F and P→F: seed 004's Figure 4).
 """
 
 from __future__ import annotations
@@ -122,6 +124,22 @@ def ratio_for(gpu: dict, drafter) -> float | None:
     return row["measured_ratio"] if row.get("measured_ratio") is not None else row["predicted_ratio"]
 
 
+def trained_on(folder: Path) -> dict:
+    """What a small drafter in ``folder`` was trained on, from its ``training.json``: ``stage``, ``init`` (the
+    pretrained drafter it started from, or None), ``train_tokens`` (the trained tokens of its data) and, for a
+    finetuned one, ``home``: the evaluation set of its training set (``translate-deu`` for
+    ``translate-deu-train``)."""
+    record = json.loads((folder / mdsd.drafters.stages.TRAINING).read_text())
+    sets = record["source"].get("config", {}).get("sets", [])
+    home = sets[0].removesuffix("-train") if record["stage"] == "finetune" and len(sets) == 1 else None
+    return {
+        "stage": record["stage"],
+        "init": Path(record["init"]).name if record["init"] else None,
+        "train_tokens": record["data"]["train_tokens"],
+        "home": home,
+    }
+
+
 def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
     drafters = {"draft-0.5b": draft}
     digest = mdsd.hf.describe_model(target_dir)["weights_sha256"] if not config.quick else None
@@ -130,6 +148,8 @@ def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
     )
     for folder in config.drafters:
         path = Path(folder).expanduser()
+        if path.name in drafters:
+            raise ValueError(f"--drafters: two drafters are named {path.name!r} (rows are named by folder)")
         if mdsd.drafters.small.is_small(path):
             if not config.quick:  # a set it was trained on is not held out
                 mdsd.drafters.stages.check_heldout(path, config.sets)
@@ -158,34 +178,39 @@ def main(argv: list[str] | None = None) -> None:
         gpu = {r["model"]: r for r in json.loads(Path(config.gpu).read_text())["rows"]}
     data = answers(config, target, tokenizer, out)
     drafters = load_drafters(config, target, target_dir, draft)
+    folders = {Path(f).expanduser().name: Path(f).expanduser() for f in config.drafters}
     rows, positions, steps = [], {}, {}
-    for name, drafter in tqdm(drafters.items(), desc="drafters", unit="drafter"):
-        head = isinstance(drafter, mdsd.drafters.FeatureHead)
-        ratio = ratio_for(gpu, drafter)
-        for set_name, pairs in data.items():
-            values = {"acceptance": [], "alpha_2": [], "alpha_4": [], "agree": [], "prompt": []}
-            per_prompt = {d: [] for d in DEPTHS}
-            for i, (prompt, answer) in enumerate(pairs):
-                if len(answer) < 2:
-                    continue
-                ids = torch.tensor(prompt + answer)
-                p, q = teacher_forced_logits(target, drafter, ids, len(prompt))
+    names = list(drafters)
+    heads = {n for n in names if isinstance(drafters[n], mdsd.drafters.FeatureHead)}
+    for set_name, pairs in tqdm(data.items(), desc="sets", unit="set"):
+        values = {
+            n: {"acceptance": [], "alpha_2": [], "alpha_4": [], "agree": [], "prompt": []} for n in names
+        }
+        per_prompt = {n: {d: [] for d in DEPTHS} for n in names}
+        for i, (prompt, answer) in enumerate(tqdm(pairs, desc=set_name, unit="prompt", leave=False)):
+            if len(answer) < 2:
+                continue
+            p, qs = teacher_forced_logits(target, list(drafters.values()), torch.tensor(prompt + answer),
+                                          len(prompt))  # fmt: skip
+            for name, q in zip(names, qs, strict=True):
                 soft = position_acceptance(p, q, 1.0)
                 hard = position_acceptance(p, q, 0.0)["agree"]
                 for k in ("acceptance", "alpha_2", "alpha_4"):
-                    values[k].append(soft[k])
-                values["agree"].append(hard)
-                values["prompt"].append(np.full(hard.size, i))
+                    values[name][k].append(soft[k])
+                values[name]["agree"].append(hard)
+                values[name]["prompt"].append(np.full(hard.size, i))
                 for d in DEPTHS:
-                    chain = [1, *greedy_chain(hard[1:], d)] if head else greedy_chain(hard, d)
-                    per_prompt[d].append((len(answer), len(chain)))
-            arrays = {k: np.concatenate(v) for k, v in values.items()}
+                    chain = [1, *greedy_chain(hard[1:], d)] if name in heads else greedy_chain(hard, d)
+                    per_prompt[name][d].append((len(answer), len(chain)))
+        for name in names:
+            ratio = ratio_for(gpu, drafters[name])
+            arrays = {k: np.concatenate(v) for k, v in values[name].items()}
             positions[f"{name}/{set_name}"] = arrays
-            steps[(name, set_name)] = per_prompt
+            steps[(name, set_name)] = per_prompt[name]
             row = {
                 "drafter": name,
                 "set": set_name,
-                "prompts": len(per_prompt[1]),
+                "prompts": len(per_prompt[name][1]),
                 "positions": arrays["agree"].size,
             }
             for k in ("acceptance", "alpha_2", "alpha_4", "agree"):
@@ -195,17 +220,18 @@ def main(argv: list[str] | None = None) -> None:
                 value, ci = ratio_interval(sums[keep], counts[keep], seed=config.seed)
                 row |= {k: value, f"{k}_ci95": ci}
             for d in DEPTHS:
-                if head and d > 1:
+                if name in heads and d > 1:
                     continue
-                tokens, forwards = zip(*per_prompt[d], strict=True)
+                tokens, forwards = zip(*per_prompt[name][d], strict=True)
                 value, ci = ratio_interval(tokens, forwards, seed=config.seed)
                 row |= {f"greedy_chain{d}": value, f"greedy_chain{d}_ci95": ci}
                 if ratio is not None:
                     row[f"greedy_chain{d}_speedup"] = value / (1 + d * ratio)
             row["gpu_ratio"] = ratio
+            if name in folders and (folders[name] / mdsd.drafters.stages.TRAINING).is_file():
+                row |= trained_on(folders[name])
             rows.append(row)
     pairs = []
-    names = list(drafters)
     for set_name in config.sets:
         for a in names:
             for b in names:
@@ -222,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     write_results(out, "specialised_drafters", rows, config, config.seed, models=models, pairs=pairs,
                   interval_method=INTERVAL_METHOD)  # fmt: skip
     plot(rows, config.sets, names, out / "specialised_drafters.png")
+    if any(r.get("home") for r in rows):
+        plot_learning_curves(rows, out / "learning_curves.png")
     for row in rows:
         print(
             f"{row['drafter']:>16} {row['set']:>14}: T=1 acceptance {row['acceptance']:.3f}, alpha_4 "
@@ -229,6 +257,41 @@ def main(argv: list[str] | None = None) -> None:
             + (f", chain:4 {row['greedy_chain4']:.3f}" if "greedy_chain4" in row else "")
         )
     print(f"results in {out}")
+
+
+def plot_learning_curves(rows: list[dict], path: Path) -> None:
+    """Seed 004's Figure 4: on each finetuned drafter's own task, greedy agreement (T = 0) and Σ min(p, q)
+    (T = 1) against its finetuning tokens on a log axis, F (a fresh drafter) and P→F (from a pretrained one)
+    as two lines, with the drafters that were not finetuned there (pretrained only, the 0.5B draft) as
+    levels."""
+    homes = sorted({r["home"] for r in rows if r.get("home")})
+    measures = (("agree", "greedy agreement"), ("acceptance", "Σ min(p, q) at T = 1"))
+    stages = (("F", lambda r: r["init"] is None), ("P→F", lambda r: r["init"] is not None))
+    fig, axes = plt.subplots(len(homes), 2, figsize=(9, 3.2 * len(homes)), squeeze=False)
+    for row_axes, home in zip(axes, homes, strict=True):
+        here = [r for r in rows if r["set"] == home]
+        for ax, (measure, title) in zip(row_axes, measures, strict=True):
+            for label, started in stages:
+                points = [r for r in here if r.get("home") == home and started(r)]
+                points.sort(key=lambda r: r["train_tokens"])
+                if points:
+                    y = np.array([r[measure] for r in points])
+                    ci = np.array([r[f"{measure}_ci95"] for r in points]).T
+                    x = [r["train_tokens"] for r in points]
+                    ax.errorbar(x, y, yerr=[y - ci[0], ci[1] - y], marker="o", capsize=3, label=label)
+            for r in here:
+                if r.get("home") != home:
+                    ax.axhline(r[measure], ls=":", color="grey")
+                    ax.annotate(
+                        r["drafter"], (0.01, r[measure]), xycoords=("axes fraction", "data"), fontsize=7
+                    )
+            ax.set_xscale("log")
+            ax.set_xlabel("finetuning tokens (the target's answers)")
+            ax.set_title(f"{home}: {title}")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot(rows: list[dict], sets, names, path: Path) -> None:

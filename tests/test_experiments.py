@@ -661,7 +661,7 @@ def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_
         predictions(Config(heads="a", forwards="b"))
 
 
-def test_specialised_drafters_quick(tmp_path):
+def test_specialised_drafters_quick(tmp_path, capsys):
     """Every drafter on every set; the greedy chains computed from agreement are the decoder's own tokens per
     target forward (the small drafter decoded here at T = 0 on the run's prompts and answers)."""
     from mdsd.drafters.small import SmallDrafter
@@ -670,12 +670,25 @@ def test_specialised_drafters_quick(tmp_path):
     target, _ = tiny_pair(0)
     drafter = SmallDrafter.fresh(target, torch.arange(64), 16, 2, 4, 2, 24, seed=1)
     drafter.save(tmp_path / "small")
-    flags = ("--drafters", str(tmp_path / "small"), "--sets", "a", "b", "--prompts-per-set", "3")
+    shutil.copytree(tmp_path / "small", tmp_path / "pf")
+    for name, init, tokens in (("small", None, 100), ("pf", "/x/pretrained", 300)):  # finetuned on "a"
+        record = {"stage": "finetune", "init": init, "source": {"config": {"sets": ["a-train"]}}}
+        (tmp_path / name / "training.json").write_text(json.dumps(record | {"data": {"train_tokens": tokens}}))
+    folders = (str(tmp_path / "small"), str(tmp_path / "pf"))
+    flags = ("--drafters", *folders, "--sets", "a", "b", "--prompts-per-set", "3")
     payload = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens", "10")
     rows = payload["rows"]
     assert [(r["drafter"], r["set"]) for r in rows] == [
-        (d, s) for d in ("draft-0.5b", "small") for s in ("a", "b")
+        (d, s) for s in ("a", "b") for d in ("draft-0.5b", "small", "pf")
     ]
+    pf = next(r for r in rows if r["drafter"] == "pf")
+    assert (pf["stage"], pf["init"], pf["train_tokens"], pf["home"]) == ("finetune", "pretrained", 300, "a")
+    assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
+    shutil.copytree(tmp_path / "small", tmp_path / "again" / "small")
+    twins = ("--drafters", folders[0], str(tmp_path / "again" / "small"), *flags[3:])
+    with pytest.raises(SystemExit):  # answers.json is reused
+        run_script("specialised_drafters", tmp_path / "out", *twins, "--max-new-tokens", "10")
+    assert "--drafters: two drafters are named 'small'" in capsys.readouterr().err
     answers = json.loads((tmp_path / "out" / "answers.json").read_text())["answers"]
     for depth in (1, 4):
         dec = mdsd.TreeDecoder(target, drafter, mdsd.Tree.chain(depth), "single", temperature=0.0)

@@ -5,7 +5,7 @@ mdsd drafters features --distilled DIR --out FEATURES   # the target's features 
 mdsd drafters features --corpus chat-train code-train --out FEATURES   # ... of reference answers
 mdsd drafters train --features FEATURES --out HEAD [--loss kl|tv|alpha] [--resume]   # a feature head
 mdsd drafters pretrain --out SMALL [--corpus chat-train code-train] [--resume]   # a small drafter, stage P
-mdsd drafters finetune --distilled DIR --out SMALL [--init PRETRAINED] [--resume]   # stage F (P→F: --init)
+mdsd drafters finetune --distilled DIR --out SMALL [--init PRETRAINED] [--shards N]   # stage F (P→F: --init)
 
 Every command is resumable: rerun it to continue where a killed run stopped (``train`` with ``--resume``).
 """
@@ -89,6 +89,9 @@ def add_parser(subparsers) -> None:
     finetune.add_argument(
         "--init", help="a pretrained small drafter to start from (P→F); none: a fresh one (F)"
     )
+    finetune.add_argument(
+        "--shards", type=int, default=0, help="train on the distilled run's first N shards only (0: all)"
+    )
     for stage in (pretrain, finetune):
         add_config_arguments(stage, StageConfig)
         stage.add_argument("--out", required=True, help="folder of the drafter, its checkpoint and curve")
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             )
             init = None
         else:
-            data, init = stages.finetune_data(args.distilled, tokenizer), args.init
+            data, init = stages.finetune_data(args.distilled, tokenizer, args.shards), args.init
         out = stages.train_stage(args.action, config, data, target, args.out, init, args.resume, dtype)
         print(f"mdsd drafters {args.action}: the drafter in {out}")
     else:

@@ -29,34 +29,38 @@ __all__ = ["teacher_forced_logits", "position_acceptance", "greedy_chain"]
 
 @torch.no_grad()
 def teacher_forced_logits(
-    target, drafter, ids: torch.Tensor, start: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's and the drafter's next-token logits [L - start, V] (float32) at the positions that
-    predict tokens ``ids[start:]`` of one sequence ``ids`` [L] (``start`` ≥ 1: the answer's first token)."""
+    target, drafters, ids: torch.Tensor, start: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The target's next-token logits p [L - start, V] (float32) at the positions that predict tokens
+    ``ids[start:]`` of one sequence ``ids`` [L] (``start`` ≥ 1: the answer's first token), and each of
+    ``drafters``' logits q there: one target forward serves them all."""
     from mdsd.drafters.head import FeatureHead
     from mdsd.drafters.small import SmallDrafter
 
     if not 1 <= start < ids.numel():
         raise ValueError(f"start must lie in [1, {ids.numel()}) to predict at least one token, got {start}")
     x = ids[None].long()
-    out = target(x, output_hidden_states=isinstance(drafter, FeatureHead))
-    p = out.logits[0, start - 1 : -1].float()
+    p = target(x).logits[0, start - 1 : -1].float()
     positions = torch.arange(x.shape[1])[None]
-    if isinstance(drafter, FeatureHead):
-        f = target.get_decoder()(input_ids=x).last_hidden_state  # after the final norm: what the head reads
-        features = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)
-        g, _ = drafter(x, features, positions)
-        q = drafter.draft_logits(g[0, start - 1 : -1], 1.0)
-    elif isinstance(drafter, SmallDrafter):
-        small = drafter(x, positions)[0, start - 1 : -1].float()
-        q = small.new_full((small.shape[0], drafter.vocab_size()), -1e30).index_copy_(
-            -1, drafter.vocab, small
-        )
-    else:
-        q = drafter(x).logits[0, start - 1 : -1].float()
-    if q.shape != p.shape:
-        raise ValueError(f"the drafter's vocabulary ({q.shape[-1]}) is not the target's ({p.shape[-1]})")
-    return p, q
+    features, qs = None, []
+    for drafter in drafters:
+        if isinstance(drafter, FeatureHead):
+            if features is None:
+                f = target.get_decoder()(input_ids=x).last_hidden_state  # after the final norm: what it reads
+                features = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)
+            g, _ = drafter(x, features, positions)
+            q = drafter.draft_logits(g[0, start - 1 : -1], 1.0)
+        elif isinstance(drafter, SmallDrafter):
+            small = drafter(x, positions)[0, start - 1 : -1].float()
+            q = small.new_full((small.shape[0], drafter.vocab_size()), -1e30).index_copy_(
+                -1, drafter.vocab, small
+            )
+        else:
+            q = drafter(x).logits[0, start - 1 : -1].float()
+        if q.shape != p.shape:
+            raise ValueError(f"the drafter's vocabulary ({q.shape[-1]}) is not the target's ({p.shape[-1]})")
+        qs.append(q)
+    return p, qs
 
 
 def position_acceptance(

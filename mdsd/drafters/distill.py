@@ -24,13 +24,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions
+from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
     "DistillConfig",
@@ -232,9 +231,7 @@ def _manifest(config: DistillConfig, target_dir: Path, dtype: str) -> dict:
             }
             for name in config.sets
         },
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
 
 

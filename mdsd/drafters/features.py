@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,7 @@ from mdsd.drafters.distill import (
     shard_sequences,
     training_texts,
 )
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions
+from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
     "features_path",
@@ -132,9 +131,7 @@ def compute_features(
         "target": described,
         "top_k": top_k,
         "dtype": dtype,
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
     path = out / FEATURES
     if path.is_file():
@@ -199,9 +196,7 @@ def compute_corpus_features(
         "target": described,
         "top_k": top_k,
         "dtype": dtype,
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
     path = out / FEATURES
     if path.is_file():

@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +45,7 @@ import torch.nn.functional as F
 
 from mdsd.drafters.small import SmallDrafter, read_config, tokenizer_digest
 from mdsd.drafters.train import _rate, save_checkpoint
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
+from mdsd.outputs import ensure_output_dir, provenance, strict_json
 
 __all__ = [
     "StageConfig",
@@ -216,10 +215,13 @@ def pretrain_data(
     return rows, [0] * len(rows), source
 
 
-def finetune_data(folder: str | os.PathLike, tokenizer) -> tuple[list[list[int]], list[int], dict]:
+def finetune_data(
+    folder: str | os.PathLike, tokenizer, shards: int = 0
+) -> tuple[list[list[int]], list[int], dict]:
     """One task's self-distilled answers: the sequences prompt + answer of every shard of the distilled run in
-    ``folder`` (:func:`mdsd.drafters.distill.shard_sequences`), trained on the answers. Returns (rows, starts,
-    source)."""
+    ``folder`` (:func:`mdsd.drafters.distill.shard_sequences`), trained on the answers; ``shards`` > 0: of its
+    first ``shards`` shards only, all of which must be there (the points of a learning curve against the
+    data's size, each a prefix of the next). Returns (rows, starts, source)."""
     from mdsd.drafters.distill import (
         MANIFEST,
         DistillConfig,
@@ -237,18 +239,23 @@ def finetune_data(folder: str | os.PathLike, tokenizer) -> tuple[list[list[int]]
     saved = manifest["config"]
     config = DistillConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
     texts = training_texts(config)
-    rows, starts, shards = [], [], []
-    for s in range(shard_count(config)):
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 0 <= shards <= shard_count(config):
+        raise ValueError(f"--shards must be an int in [0, {shard_count(config)}] (0: all), got {shards!r}")
+    missing = [s for s in range(shards) if not shard_path(folder, s).is_file()]
+    if missing:
+        raise ValueError(f"--shards {shards}: {folder} lacks shard(s) {missing[:5]} of the first {shards}")
+    rows, starts, read = [], [], []
+    for s in range(shards or shard_count(config)):
         if not shard_path(folder, s).is_file():
             continue
         shard = load_shard(shard_path(folder, s))
         sequences, answers = shard_sequences(config, shard, tokenizer, texts)
         rows += sequences
         starts += answers
-        shards.append(s)
+        read.append(s)
     if not rows:
         raise ValueError(f"--distilled: {folder} holds no shard yet")
-    source = {"distilled": str(folder), "config": saved, "target": manifest["target"], "shards": shards}
+    source = {"distilled": str(folder), "config": saved, "target": manifest["target"], "shards": read}
     return rows, starts, source
 
 
@@ -512,9 +519,7 @@ def train_stage(
         },
         "target": described,
         "curve": curve,
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
     (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     return out

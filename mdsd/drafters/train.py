@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +50,7 @@ from mdsd.drafters.losses import (
     optimal_acceptance_wor2,
     total_variation,
 )
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
+from mdsd.outputs import ensure_output_dir, provenance, strict_json
 
 __all__ = ["TrainConfig", "HeadData", "train", "position_loss", "save_checkpoint", "CHECKPOINT", "TRAINING"]
 
@@ -356,9 +355,7 @@ def train(
             "target": described,
             "processes": world,
             "curve": curve,
-            "command": " ".join(sys.argv),
-            "git_revision": git_revision(),
-            "versions": package_versions(),
+            **provenance(),  # command, revision, versions, device, time
         }
         (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     if world > 1:

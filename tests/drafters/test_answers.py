@@ -49,7 +49,7 @@ def test_greedy_chains_from_agreement_are_the_decoders_steps(kind, depth):
         dec = mdsd.TreeDecoder(target, drafter, mdsd.Tree.chain(depth), "single", temperature=0.0)
         out = dec.generate(torch.tensor([prompt]), 40)
         ids = torch.tensor(prompt + out.tokens.tolist())
-        p, q = teacher_forced_logits(target, drafter, ids, len(prompt))
+        p, (q,) = teacher_forced_logits(target, [drafter], ids, len(prompt))
         agree = position_acceptance(p, q, 0.0)["agree"]
         if 0 < agree[1:].sum() < agree.size - 1:
             break
@@ -57,6 +57,18 @@ def test_greedy_chains_from_agreement_are_the_decoders_steps(kind, depth):
     assert torch.equal(p.argmax(-1), torch.tensor(out.tokens.tolist()))  # the target's greedy answer
     want = [1, *greedy_chain(agree[1:], depth)] if kind == "head" else greedy_chain(agree, depth)
     assert want == list(out.tokens_per_step)
+
+
+def test_one_target_forward_serves_every_drafter():
+    """Several drafters read in one call get the logits each gets alone."""
+    target, model = _drafter("model", 0)
+    _, small = _drafter("small", 1)
+    ids = torch.tensor([5, 6, 7, 1, 9, 2])
+    p, qs = teacher_forced_logits(target, [model, small], ids, 3)
+    for drafter, q in zip((model, small), qs, strict=True):
+        alone, (mine,) = teacher_forced_logits(target, [drafter], ids, 3)
+        assert torch.equal(p, alone) and torch.equal(q, mine) and q.shape == (3, 24)
+    assert not torch.equal(qs[0], qs[1])
 
 
 @pytest.mark.parametrize("temperature", [1e-3, 0.6, 1.0, 2.5])
@@ -92,6 +104,6 @@ def test_zero_temperature_is_agreement_and_bad_inputs_are_refused():
         greedy_chain([True], 0)
     target, model = _drafter("model", 0)
     with pytest.raises(ValueError, match="start must lie in"):
-        teacher_forced_logits(target, model, torch.tensor([1, 2]), 2)
+        teacher_forced_logits(target, [model], torch.tensor([1, 2]), 2)
     with pytest.raises(ValueError, match="vocabulary"):
-        teacher_forced_logits(target, tiny_lm(0, vocab=16), torch.tensor([1, 2, 3]), 1)
+        teacher_forced_logits(target, [model, tiny_lm(0, vocab=16)], torch.tensor([1, 2, 3]), 1)

@@ -2,6 +2,7 @@
 (F and P→F), the learning curve's exactness, resuming to the same drafter, and the refusals."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -70,7 +71,7 @@ def _generic(target_dir, n=60):
     return rows, [0] * len(rows), {"tiny": "generic"}
 
 
-def test_finetuning_data_are_the_prompts_and_the_targets_answers(setup, tiny_set):
+def test_finetuning_data_are_the_prompts_and_the_targets_answers(setup, tiny_set, tmp_path):
     target_dir, folder = setup
     rows, starts, source = stages.finetune_data(folder, load_tokenizer(target_dir))
     shards = [distill.load_shard(distill.shard_path(folder, s)) for s in range(4)]
@@ -84,6 +85,15 @@ def test_finetuning_data_are_the_prompts_and_the_targets_answers(setup, tiny_set
         {"tiny-train": texts},
     )
     assert [r[:s] for r, s in zip(rows, starts, strict=True)] == [tokenizer.encode(texts[i]) for _, i in plan]
+    first, _, part = stages.finetune_data(folder, tokenizer, 2)  # a learning curve's point: a prefix
+    assert part["shards"] == [0, 1] and first == rows[: len(first)] and 0 < len(first) < len(rows)
+    holed = shutil.copytree(folder, tmp_path / "holed")
+    distill.shard_path(holed, 1).unlink()
+    with pytest.raises(ValueError, match=r"--shards 2: .* lacks shard\(s\) \[1\]"):
+        stages.finetune_data(holed, tokenizer, 2)
+    for bad in (-1, 5, True):
+        with pytest.raises(ValueError, match="--shards must be an int in"):
+            stages.finetune_data(folder, tokenizer, bad)
 
 
 def test_packing_and_the_validation_are_exact(setup):
