@@ -108,11 +108,15 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
     return got
 
 
-def ratio_for(gpu: dict, drafter) -> float | None:
-    """The drafter's captured forward time over the target's, from ``gpu`` rows by kind and shape."""
+def ratio_for(gpu: dict, drafter) -> tuple[float | None, str | None]:
+    """The drafter's captured forward time over the target's, from ``gpu`` rows by kind and shape, and the
+    row it was read from. A small drafter's draft vocabulary M without a row of its own reads the row of
+    its width and depth with the next larger M (an upper bound: the cost grows with M, and barely)."""
     if isinstance(drafter, mdsd.drafters.SmallDrafter):
         c = drafter.small_config
-        name = f"small:{c.layer.hidden_size}:{c.layers}:{c.draft_vocab}"
+        shape = f"small:{c.layer.hidden_size}:{c.layers}:"
+        sizes = sorted(int(k.removeprefix(shape)) for k in gpu if k.startswith(shape))
+        name = shape + str(next((m for m in sizes if m >= c.draft_vocab), c.draft_vocab))
     elif isinstance(drafter, mdsd.drafters.FeatureHead):
         c = drafter.head_config
         name = f"head:{c.layer.intermediate_size}:{c.draft_vocab}"
@@ -120,8 +124,9 @@ def ratio_for(gpu: dict, drafter) -> float | None:
         name = "draft"
     row = gpu.get(name)
     if row is None:
-        return None
-    return row["measured_ratio"] if row.get("measured_ratio") is not None else row["predicted_ratio"]
+        return None, None
+    ratio = row["measured_ratio"] if row.get("measured_ratio") is not None else row["predicted_ratio"]
+    return ratio, name
 
 
 def trained_on(folder: Path) -> dict:
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
                     chain = [1, *greedy_chain(hard[1:], d)] if name in heads else greedy_chain(hard, d)
                     per_prompt[name][d].append((len(answer), len(chain)))
         for name in names:
-            ratio = ratio_for(gpu, drafters[name])
+            ratio, ratio_of = ratio_for(gpu, drafters[name])
             arrays = {k: np.concatenate(v) for k, v in values[name].items()}
             positions[f"{name}/{set_name}"] = arrays
             steps[(name, set_name)] = per_prompt[name]
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
                 row |= {f"greedy_chain{d}": value, f"greedy_chain{d}_ci95": ci}
                 if ratio is not None:
                     row[f"greedy_chain{d}_speedup"] = value / (1 + d * ratio)
-            row["gpu_ratio"] = ratio
+            row |= {"gpu_ratio": ratio, "gpu_ratio_of": ratio_of}
             if name in folders and (folders[name] / mdsd.drafters.stages.TRAINING).is_file():
                 row |= trained_on(folders[name])
             rows.append(row)

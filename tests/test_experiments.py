@@ -673,7 +673,8 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     shutil.copytree(tmp_path / "small", tmp_path / "pf")
     for name, init, tokens in (("small", None, 100), ("pf", "/x/pretrained", 300)):  # finetuned on "a"
         record = {"stage": "finetune", "init": init, "source": {"config": {"sets": ["a-train"]}}}
-        (tmp_path / name / "training.json").write_text(json.dumps(record | {"data": {"train_tokens": tokens}}))
+        record["data"] = {"train_tokens": tokens}
+        (tmp_path / name / "training.json").write_text(json.dumps(record))
     folders = (str(tmp_path / "small"), str(tmp_path / "pf"))
     flags = ("--drafters", *folders, "--sets", "a", "b", "--prompts-per-set", "3")
     payload = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens", "10")
@@ -700,3 +701,21 @@ def test_specialised_drafters_quick(tmp_path, capsys):
             row = next(r for r in rows if r["drafter"] == "small" and r["set"] == set_name)
             assert row[f"greedy_chain{depth}"] == pytest.approx(want)
     assert all(0 <= r["acceptance"] <= r["alpha_2"] <= r["alpha_4"] <= 1 for r in rows)
+
+
+def test_specialised_drafters_read_a_small_drafters_cost_by_its_shape():
+    """The captured cost of a small drafter comes from the row of its width and depth with the smallest draft
+    vocabulary that holds its own; none where no such row exists."""
+    from mdsd.drafters.small import SmallDrafter
+    from mdsd.hf.tiny import tiny_pair
+
+    ratio_for = runpy.run_path(str(EXPERIMENTS / "specialised_drafters.py"))["ratio_for"]
+    target, draft = tiny_pair(0)
+    drafter = SmallDrafter.fresh(target, torch.arange(40), 16, 2, 4, 2, 24, seed=1)  # M = 40
+    gpu = {
+        f"small:16:2:{m}": {"measured_ratio": None, "predicted_ratio": r}
+        for m, r in ((32, 0.1), (64, 0.2), (128, 0.3))
+    } | {"small:16:3:64": {"predicted_ratio": 0.9}, "draft": {"measured_ratio": 0.8, "predicted_ratio": 0.7}}
+    assert ratio_for(gpu, drafter) == (0.2, "small:16:2:64")
+    assert ratio_for(gpu, draft) == (0.8, "draft")
+    assert ratio_for({"small:16:2:32": gpu["small:16:2:32"]}, drafter) == (None, None)
