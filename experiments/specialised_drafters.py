@@ -8,8 +8,8 @@ draft, and any folders: small drafters of ``mdsd drafters pretrain``/``finetune`
 teacher-forced forward over every prompt + answer gives at each answer position
 (:mod:`mdsd.drafters.answers`):
 
-* at T = 1: the exact single-draft acceptance Σ min(p, q) and the optimal acceptance α*_k of k = 2, 4 i.i.d.
-  drafts (depth 1);
+* at T = 1: the exact single-draft acceptance Σ min(p, q) and the optimal acceptance α*_k of k i.i.d.
+  drafts (depth 1; k in ``--ks``, 2 and 4 by default);
 * at T = 0: whether the drafter's greedy token is the target's, and from that the tokens per target forward
   of greedy decoding with a chain of 1 and of 4 drafts, exactly as the decoder emits them
   (:func:`mdsd.drafters.answers.greedy_chain`; a feature head at depth 1 only: deeper it drafts from its own
@@ -68,6 +68,9 @@ class Config:
         default=("translate-deu", "translate-fra", "humaneval", "mt-bench"), metadata={"help": "prompt sets"}
     )
     prompts_per_set: int = field(default=32, metadata={"help": "first prompts of each set"})
+    ks: tuple[int, ...] = field(
+        default=(2, 4), metadata={"help": "k of the optimal acceptance α*_k of k i.i.d. drafts (T = 1)"}
+    )
     max_prompt_tokens: int = field(default=256, metadata={"help": "templated prompt cap"})
     max_new_tokens: int = field(default=64, metadata={"help": "the target's answer cap"})
     pair: str = field(default="qwen2.5-coder", metadata={"help": "the real pair (its draft is compared)"})
@@ -187,10 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     rows, positions, steps = [], {}, {}
     names = list(drafters)
     heads = {n for n in names if isinstance(drafters[n], mdsd.drafters.FeatureHead)}
+    alphas = [f"alpha_{k}" for k in config.ks]
     for set_name, pairs in tqdm(data.items(), desc="sets", unit="set"):
-        values = {
-            n: {"acceptance": [], "alpha_2": [], "alpha_4": [], "agree": [], "prompt": []} for n in names
-        }
+        values = {n: {k: [] for k in ("acceptance", *alphas, "agree", "prompt")} for n in names}
         per_prompt = {n: {d: [] for d in DEPTHS} for n in names}
         for i, (prompt, answer) in enumerate(tqdm(pairs, desc=set_name, unit="prompt", leave=False)):
             if len(answer) < 2:
@@ -198,9 +200,9 @@ def main(argv: list[str] | None = None) -> None:
             p, qs = teacher_forced_logits(target, list(drafters.values()), torch.tensor(prompt + answer),
                                           len(prompt))  # fmt: skip
             for name, q in zip(names, qs, strict=True):
-                soft = position_acceptance(p, q, 1.0)
+                soft = position_acceptance(p, q, 1.0, config.ks)
                 hard = position_acceptance(p, q, 0.0)["agree"]
-                for k in ("acceptance", "alpha_2", "alpha_4"):
+                for k in ("acceptance", *alphas):
                     values[name][k].append(soft[k])
                 values[name]["agree"].append(hard)
                 values[name]["prompt"].append(np.full(hard.size, i))
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
                 "prompts": len(per_prompt[name][1]),
                 "positions": arrays["agree"].size,
             }
-            for k in ("acceptance", "alpha_2", "alpha_4", "agree"):
+            for k in ("acceptance", *alphas, "agree"):
                 sums = np.bincount(arrays["prompt"], weights=arrays[k].astype(float))
                 counts = np.bincount(arrays["prompt"])
                 keep = counts > 0
@@ -257,8 +259,9 @@ def main(argv: list[str] | None = None) -> None:
         plot_learning_curves(rows, out / "learning_curves.png")
     for row in rows:
         print(
-            f"{row['drafter']:>16} {row['set']:>14}: T=1 acceptance {row['acceptance']:.3f}, alpha_4 "
-            f"{row['alpha_4']:.3f}; T=0 agree {row['agree']:.3f}, chain:1 {row['greedy_chain1']:.3f}"
+            f"{row['drafter']:>16} {row['set']:>14}: T=1 acceptance {row['acceptance']:.3f}"
+            + "".join(f", {a} {row[a]:.3f}" for a in alphas)
+            + f"; T=0 agree {row['agree']:.3f}, chain:1 {row['greedy_chain1']:.3f}"
             + (f", chain:4 {row['greedy_chain4']:.3f}" if "greedy_chain4" in row else "")
         )
     print(f"results in {out}")

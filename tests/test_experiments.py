@@ -686,6 +686,9 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     assert (pf["stage"], pf["init"], pf["train_tokens"], pf["home"]) == ("finetune", "pretrained", 300, "a")
     assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
     shutil.copytree(tmp_path / "small", tmp_path / "again" / "small")
+    three = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens=10", "--ks=3")
+    for row, before in zip(three["rows"], rows, strict=True):  # the same answers, α*_3 between α*_2 and α*_4
+        assert "alpha_2" not in row and before["alpha_2"] <= row["alpha_3"] <= before["alpha_4"]
     twins = ("--drafters", folders[0], str(tmp_path / "again" / "small"), *flags[3:])
     with pytest.raises(SystemExit):  # answers.json is reused
         run_script("specialised_drafters", tmp_path / "out", *twins, "--max-new-tokens", "10")
