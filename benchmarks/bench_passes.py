@@ -51,14 +51,20 @@ class Config:
 
 class Passes(TorchFunctionMode):
     """Counts passes over tensors of ``unit`` = B · V elements (multiples of V) and calls that compute, in and
-    out of forwards."""
+    out of forwards. ``widths``: the row lengths counted (default V alone; V + 1 for prefix sums); ``least``:
+    the smallest tensor counted (default ``unit``; less for work split in chunks of rows), its passes as a
+    fraction. Passes outside forwards are also summed by ``phase`` (set by the caller) in ``by_phase``."""
 
-    def __init__(self, vocabulary: int, unit: int) -> None:
+    def __init__(
+        self, vocabulary: int, unit: int, widths: tuple[int, ...] = (), least: int | None = None
+    ) -> None:
         super().__init__()
         self.vocabulary, self.unit = vocabulary, unit
+        self.widths, self.least = widths or (vocabulary,), unit if least is None else least
         self.inside = self.outside = 0.0
         self.calls_inside = self.calls_outside = 0
         self.in_forward = False
+        self.phase, self.by_phase = "", {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -83,12 +89,13 @@ class Passes(TorchFunctionMode):
             self.calls_inside += 1
         else:
             self.calls_outside += 1
-        big = [n for n in sizes if n >= self.unit and n % self.vocabulary == 0]
+        big = [n for n in sizes if n >= self.least and any(n % w == 0 for w in self.widths)]
         if big:
             if self.in_forward:
                 self.inside += max(big) / self.unit
             else:
                 self.outside += max(big) / self.unit
+                self.by_phase[self.phase] = self.by_phase.get(self.phase, 0.0) + max(big) / self.unit
         return out
 
 

@@ -43,8 +43,9 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
 
 Each section runs in a process of its own (``--one-process``: all in this one), so that a device-side
 assert in one cannot fail the others; the environment, the model pair included, is rebuilt per section.
-Every file written carries ``provenance``: the command, the commit (and whether the tree differs from it),
-the time, the versions and the device.
+Every file written carries ``provenance`` (:func:`mdsd.outputs.provenance`): the command, the commit (with
+the changed paths of a dirty tree), the time, the versions and the device. ``$OUT`` in the committed results
+(benchmarks/results/) is refused from a dirty tree unless ``MDSD_SCRATCH=<why>`` marks the run as scratch.
 """
 
 from __future__ import annotations
@@ -53,9 +54,6 @@ import datetime
 import functools
 import json
 import os
-import platform
-import re
-import shlex
 import subprocess
 import sys
 import time
@@ -68,6 +66,7 @@ import numpy as np
 import torch
 
 import mdsd
+import mdsd.outputs
 
 OUT = Path(os.environ.get("OUT") or "/tmp/gpu_out")
 RESULT = os.environ.get("GPU_FAST_RESULT", "gpu_fast.json")
@@ -91,42 +90,15 @@ def save() -> None:
     (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 @functools.cache
 def provenance() -> dict:
-    """Where the results come from: the command line, the commit and whether the working tree differs from
-    it (on a device machine's copy, the commit named in ``$MDSD_COMMIT``), the start time (UTC),
-    the versions of torch, transformers and mdsd, and the device."""
-    import transformers
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    named = os.environ.get("MDSD_COMMIT")
-    changes = None if named else git("status", "--porcelain")
-    pyproject = ROOT / "pyproject.toml"
-    found = re.search(r'^version = "([^"]+)"', pyproject.read_text() if pyproject.is_file() else "", re.M)
+    """Where the results come from (:func:`mdsd.outputs.provenance`: the command, the commit, or on a device
+    machine's copy the one named in ``$MDSD_COMMIT``, the changed paths of a dirty tree, the versions, the
+    device) and the start time (UTC). A ``$OUT`` in the committed results is refused from a dirty tree unless
+    ``$MDSD_SCRATCH`` marks the run as scratch."""
+    device = torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else None
     started = datetime.datetime.fromtimestamp(T0, datetime.timezone.utc)
-    return {
-        "command": shlex.join([sys.executable, *sys.argv]),
-        # a device machine's copy is not the repository (it may hold a stale .git): whoever launches it names
-        # the commit it was copied from in $MDSD_COMMIT, which then wins over git
-        "commit": named or (git("rev-parse", "HEAD") or "").strip() or None,
-        "commit_from": "MDSD_COMMIT" if named else "git" if changes is not None else None,
-        "dirty": None if named or changes is None else bool(changes.strip()),
-        "changes": None if changes is None else changes.splitlines()[:30],
-        "started_utc": started.isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "mdsd": found.group(1) if found else None,
-        "device": torch.cuda.get_device_name(DEV) if DEV.type == "cuda" else f"cpu ({platform.machine()})",
-    }
+    return {**mdsd.outputs.provenance(OUT, device), "started_utc": started.isoformat(timespec="seconds")}
 
 
 def section(name, fn) -> None:
@@ -225,14 +197,17 @@ CONTEXT = 64 if SMALL else 256  # cache length of the forwards sections
 def static_forwards(model, B: int, tokens: tuple[int, ...]):
     """``(t, run)`` for each t in ``tokens``: ``run()`` is one static forward of ``model`` (mdsd's), t new
     tokens for each of B rows after a cache of CONTEXT entries, run once already (so it can be captured).
-    A feature head (``reads_features``) runs over its own static cache and reads random features [B, t, H]
-    where the decoder gives it the target's; every t keeps all t rows of logits, at T = 1."""
+    One of mdsd's drafters (a feature head, a small drafter) runs over its own static cache; a feature head
+    (``reads_features``) reads random features [B, t, H] where the decoder gives it the target's; every t
+    keeps all t rows of logits, at T = 1."""
     from mdsd.tree.draft import causal
+    from mdsd.tree.drafter import Drafter
     from mdsd.tree.static import StaticLM
 
+    own = isinstance(model, Drafter)
     head = getattr(model, "reads_features", False)
-    vocab = model.vocab_size() if head else model.config.vocab_size
-    lm = model.static_cache(B, CONTEXT + 64, 1.0) if head else StaticLM(model, B, CONTEXT + 64)
+    vocab = model.vocab_size() if own else model.config.vocab_size
+    lm = model.static_cache(B, CONTEXT + 64, 1.0) if own else StaticLM(model, B, CONTEXT + 64)
 
     def features(t: int) -> torch.Tensor | None:
         if not head:
@@ -587,6 +562,9 @@ def lookup() -> list[dict]:
 # (MLP width, draft vocabulary) of the feature heads on the 1.5B target: its own MLP and a 32,000-token draft
 # vocabulary, then narrower and smaller (FR-Spec's and EAGLE-3's draft vocabularies are 16-32k)
 HEADS = ((8960, 32000), (4096, 16384), (2048, 8192))
+# (width, layers, draft vocabulary) of small drafters (mdsd.drafters.SmallDrafter; issue 43): the trained one
+# (4 x 512) and its neighbours; benchmarks/bench_drafter_cost.py predicts them at 0.10-0.16 of the target
+SMALL_DRAFTERS = ((512, 4, 16384), (512, 2, 16384), (1024, 4, 32768))
 FUSED = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"  # a forward or step fused, then captured
 
 
@@ -599,6 +577,19 @@ def feature_head(intermediate: int, draft_vocab: int):
     rows = max(1, round(draft_vocab * shape[-1] / qwen[-1]))
     target, _ = pair()
     return mdsd.drafters.FeatureHead.from_target(target, torch.arange(rows), intermediate_size=width)
+
+
+def small_drafter(width: int, layers: int, draft_vocab: int):
+    """A fresh small drafter on the target of SMALL_DRAFTERS' shape (heads of 64 dimensions, two key/value
+    heads, an MLP three times as wide; its draft vocabulary the first tokens) at the qwen shapes, scaled with
+    the target's width and vocabulary on --small's tiny ones."""
+    shape, qwen = bench_decode.SHAPES[SHAPE][0], bench_decode.SHAPES["qwen"][0]
+    width = max(8, round(width * shape[0] / qwen[0]) // 8 * 8)
+    rows = max(width, round(draft_vocab * shape[-1] / qwen[-1]))
+    target, _ = pair()
+    return mdsd.drafters.SmallDrafter.fresh(
+        target, torch.arange(rows), width, layers, max(1, width // 64), 1 if width < 128 else 2, 3 * width
+    )
 
 
 def fused_ms(run) -> dict:
@@ -618,10 +609,11 @@ def fused_ms(run) -> dict:
 
 @torch.no_grad()
 def heads() -> list[dict]:
-    """A feature head's forward beside the target's and the draft's (:func:`static_forwards`: after a cache
-    of CONTEXT entries, all t rows of logits kept) at B = 1 (t = 1, 16) and B = 64 (t = 1): ``eager_ms``,
-    ``captured_ms`` (one CUDA graph) and at B = 1, t = 1 ``fused_ms`` (:func:`fused_ms`). ``ratio_captured``
-    (``ratio_fused``): the time over the target's at the same B and t; ``macs_ratio`` and ``bytes_ratio``:
+    """Feature heads' and small drafters' forwards beside the target's and the draft's
+    (:func:`static_forwards`: after a cache of CONTEXT entries, all t rows of logits kept) at B = 1 (t = 1,
+    16) and B = 64 (t = 1): ``eager_ms``, ``captured_ms`` (one CUDA graph) and at B = 1, t = 1 ``fused_ms``
+    (:func:`fused_ms`). ``ratio_captured`` (``ratio_fused``): the time over the target's at the same B and
+    t; ``macs_ratio`` and ``bytes_ratio``:
     :func:`mdsd.costs.forward_cost` per token over the target's, what the time ratio comes to where both
     forwards are bound by reading their weights. The target first (the ratios' reference), the draft last."""
     from mdsd.tree.compiled import capture
@@ -631,6 +623,7 @@ def heads() -> list[dict]:
     models = [
         ("target", lambda: target),
         *(("head", functools.partial(feature_head, *shape)) for shape in HEADS),
+        *(("small", functools.partial(small_drafter, *shape)) for shape in SMALL_DRAFTERS),
         ("draft", lambda: draft),
     ]
     rows, reference = [], {}
@@ -639,6 +632,14 @@ def heads() -> list[dict]:
         if who == "head":
             config = model.head_config
             shape = dict(intermediate=config.layer.intermediate_size, draft_vocab=config.draft_vocab)
+        elif who == "small":
+            config = model.small_config
+            shape = dict(
+                width=config.layer.hidden_size,
+                layers=config.layers,
+                intermediate=config.layer.intermediate_size,
+                draft_vocab=config.draft_vocab,
+            )
         else:
             shape = dict(intermediate=model.config.intermediate_size, draft_vocab=model.config.vocab_size)
         cost = mdsd.costs.forward_cost(model)
@@ -877,6 +878,10 @@ if __name__ == "__main__":
     if unknown:
         sys.exit(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(sections)}")
     child = os.environ.get("GPU_FAST_CHILD") == "1" or "--one-process" in sys.argv
+    try:  # before any section: a $OUT that may not take this tree's files is refused now
+        mdsd.outputs.check_results_destination(OUT, "$OUT")
+    except ValueError as err:
+        sys.exit(f"gpu_fast.py: error: {err}")
     for name in named or list(sections):
         if child:
             section(name, sections[name])

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mdsd.data import cache_dir
-from mdsd.harness.comparison import intervals_overlap
+from mdsd.harness.comparison import INTERVAL_METHOD, intervals_overlap
 from mdsd.harness.experiment import config_from_cli, run_script
 from mdsd.harness.methods import MethodsConfig, plot_methods, real_prompts, run_method, sweep_methods
 
@@ -137,8 +137,7 @@ def summary(rows: list[dict], config: Config) -> str:
         "",
         f"{config.max_new_tokens} new tokens per prompt, first {config.prompts_per_set} prompts per set, "
         f"retrieved chains {config.retrieve[0]} x {config.retrieve[1]}; tokens per target forward with a 95% "
-        f"t-interval over the prompts ({config.prompts_per_set - 1} degrees of freedom per set; clipped "
-        "below at 1 token per forward); 'from source': share of accepted drafted tokens that the source "
+        f"{INTERVAL_METHOD} (per set); 'from source': share of accepted drafted tokens that the source "
         "proposed; 'model steps': share of steps that drafted with the draft model.",
     ]
     for d in config.datasets:

@@ -11,17 +11,28 @@ Inputs, all in the repository:
   t = 1, 5 and 16 new tokens, one cache length) as a coarse pair of profiles: linear between those points,
   and beyond t = 16 the last segment continued (the rows whose widest forward reads more say so); with
   ``--fused``, the forwards of its ``fused_forwards`` section instead (compiled by inductor, then captured;
-  B = 1, t = 1 and 16);
+  B = 1, t = 1 and 16); or, with ``--heads``, the captured forwards of its ``heads`` section at B = 1 (t = 1
+  and 16): the target's, and as the draft a feature head of ``--head-shape`` (MLP width, draft vocabulary;
+  random weights of the trained head's shapes) — for the methods a head drafted
+  (``results/drafters/decode-*``);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
-  o0 + o1 · B · (F + M); none for the eager profiles (their step overheads were not measured per tree);
+  o0 + o1 · B · (F + M), **per kind of step** (:data:`KINDS`: a model tree's, a draft source's alone, an
+  autoregressive step's), each with its fit's error, and each method charged its own kind's while
+  autoregressive decoding, the baseline, is charged the autoregressive steps' (a kind with fewer than two
+  measured steps is not fitted, and then nobody is charged it: the summary says so); none for the eager
+  profiles (their step overheads were not measured per tree);
 * the tokens per target forward each method reached on the real Qwen2.5-Coder pair
   (``results/batch_efficiency``, ``results/draft_sources``).
 
-For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup over autoregressive decoding
-on the same profiles, and beside it the **bound** of the method's plan: the speedup if every drafted path
-were accepted whole (depth + 1 tokens per step; retrieved chains count at their depth), which only the
-draft/target cost ratio limits. The forwards' shapes are the path's own (:func:`mdsd.costs.step_forwards`).
+For every mdsd method and batch size it writes :func:`mdsd.predict`'s speedup over autoregressive decoding on
+the same profiles (the baseline: AR's step predicted as a forward of one token, plus AR's own fitted overhead
+where ``--overhead`` is given), and with ``--fused-ar`` also over autoregressive decoding as mdsd runs it
+fastest, its B = 1 step compiled by inductor and captured, as measured on the GPU (``speedup_vs_fused_ar``;
+the method itself is predicted on the profiles' path), and beside them the **bound** of the method's plan: the
+speedup if every drafted path were accepted whole (depth + 1 tokens per step; retrieved chains count at their
+depth), which only the draft/target cost ratio limits. The forwards' shapes are the path's own
+(:func:`mdsd.costs.step_forwards`).
 A source-first method (``/first[:N[:M]]``, :class:`mdsd.tree.adaptive.SourceFirst`) is costed as the mixture
 it ran: its measured share of steps that drafted with the model at the whole plan, the measured number of
 them whose first draft forward read the draft's whole buffer (``CapturedRunner.LAG`` blocks, after chains-only
@@ -34,13 +45,16 @@ budget; the cache length is the prompts' mean plus half the budget. HF's methods
 are left out.
 
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-static \
-        --overhead results/gpu/gpu_fast.json --output-dir results/gpu
+        --overhead benchmarks/results/gpu_fast_h200_1128.json --output-dir results/gpu
     python experiments/gpu_speedups.py --profiles results/gpu/profiles/h200-eager --label eager \
         --output-dir results/gpu
     python experiments/gpu_speedups.py --forwards benchmarks/results/gpu_fast_h100.json --context 256 \
         --label h100-forwards --output-dir results/gpu
     python experiments/gpu_speedups.py --forwards gpu_fast.json --fused --context 256 --batches 1 \
         --label fused --output-dir results/gpu     # B = 1, where the fused_forwards section measured
+    python experiments/gpu_speedups.py --heads benchmarks/results/gpu_fast_h200_1128_heads.json \
+        --context 256 --batches 1 --results results/drafters/decode-kl-head/batch_efficiency.json \
+        --label h200-head --output-dir results/drafters/decode-kl-head
 """
 
 from __future__ import annotations
@@ -80,7 +94,17 @@ class Config:
     fused: bool = field(
         default=False, metadata={"help": "with --forwards: its inductor-compiled forwards (fused_forwards)"}
     )
+    heads: str = field(
+        default="", metadata={"help": "gpu_fast.json whose heads section's target and head are the profiles"}
+    )
+    head_shape: tuple[int, ...] = field(
+        default=(4096, 16384), metadata={"help": "with --heads: the head's MLP width and draft vocabulary"}
+    )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
+    fused_ar: str = field(
+        default="",
+        metadata={"help": "gpu_fast.json with a measured fused AR step (B = 1): a second baseline column"},
+    )
     label: str = field(default="static", metadata={"help": "name of this prediction (file names)"})
     results: tuple[str, ...] = field(
         default=(
@@ -119,27 +143,71 @@ def plan_of(spec: str, temperature: float, retrieve: tuple[int, int]):
     return plan
 
 
-def fit_overhead(path: Path) -> Overhead | None:
-    """o0 + o1 · B · (F + M) fitted to the host time of the GPU's measured fast-path decode steps."""
+KINDS = {  # kinds of step whose overhead is fitted apart: gpu_fast's decode rows by tree
+    "model": "a draft model's tree (with or without a source's chains)",
+    "source": "a draft source's chains alone (no draft model)",
+    "autoregressive": "autoregressive decoding (one token, nothing drafted)",
+}
+
+
+def step_kind(tree: str) -> str:
+    """The kind (:data:`KINDS`) of a gpu_fast decode row's ``tree``: ``none``, ``lookup*`` or a model's."""
+    return "autoregressive" if tree == "none" else "source" if tree.startswith("lookup") else "model"
+
+
+def fit_overheads(path: Path) -> dict[str, Overhead]:
+    """{kind: o0 + o1 · B · (F + M)} fitted to the host time of the GPU's measured fast-path decode steps of
+    each kind (:data:`KINDS`) that has at least two; F + M of a step as the gpu_fast run drafted it (model
+    trees under RRSw, prompt lookup alone one chain of 8, autoregressive 1)."""
     from scipy.optimize import nnls
 
     from mdsd.costs.predict import vocabulary_rows
 
-    rows = [  # the model trees' fast-path steps
-        r
-        for r in json.loads(path.read_text())["decode"]
-        if "host_ms" in r and r["path"] != "eager" and not r["tree"].startswith(("none", "lookup"))
+    rows = [r for r in json.loads(path.read_text())["decode"] if "host_ms" in r and r["path"] != "eager"]
+    fits = {}
+    for kind in KINDS:
+        mine = [r for r in rows if step_kind(r["tree"]) == kind]
+        if len(mine) < 2:
+            continue
+        plans = [
+            None
+            if kind == "autoregressive"
+            else with_retrieval(None, 1, 8)
+            if kind == "source"
+            else plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1))
+            for r in mine
+        ]
+        design = [
+            [1.0, r["batch"] * (1 if p is None else vocabulary_rows(p))]
+            for r, p in zip(mine, plans, strict=True)
+        ]
+        A, y = np.array(design), np.array([max(r["host_ms"], 0.0) * 1e-3 for r in mine])
+        scale = A.max(axis=0)
+        coef, _ = nnls(A / scale, y)
+        coef = coef / scale
+        error = float(np.sqrt(np.mean(((A @ coef - y) / np.maximum(y, 1e-9)) ** 2)))
+        fits[kind] = Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(mine), error)
+    return fits
+
+
+def fused_ar_seconds(path: Path) -> float:
+    """The measured B = 1 autoregressive step compiled by inductor and captured (``inductor-cudagraph``, tree
+    ``none``) in any section of a ``benchmarks/gpu_fast.py`` result, in seconds."""
+    payload = json.loads(path.read_text())
+    steps = [
+        r["step_ms"]
+        for rows in payload.values()
+        if isinstance(rows, list)
+        for r in rows
+        if isinstance(r, dict)
+        and (r.get("path"), r.get("tree"), r.get("batch")) == ("inductor-cudagraph", "none", 1)
+        and "step_ms" in r
     ]
-    if len(rows) < 2:
-        return None
-    design = [[1.0, r["batch"] * vocabulary_rows(plan_of(f"{r['tree']}/rrsw", 0.6, (1, 1)))] for r in rows]
-    host = [max(r["host_ms"], 0.0) * 1e-3 for r in rows]
-    A, y = np.array(design), np.array(host)
-    scale = A.max(axis=0)
-    coef, _ = nnls(A / scale, y)
-    coef = coef / scale
-    error = float(np.sqrt(np.mean(((A @ coef - y) / np.maximum(y, 1e-9)) ** 2)))
-    return Overhead(float(coef[0]), float(coef[1]), "rrsw", 0.6, len(rows), error)
+    if len(steps) != 1:
+        raise ValueError(
+            f"--fused-ar {path.name}: {len(steps)} fused autoregressive B = 1 steps, expected one"
+        )
+    return 1e-3 * steps[0]
 
 
 def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
@@ -148,30 +216,53 @@ def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile,
     profiles on their grid (B × new tokens × its one cache length; medians of 30 replays, no spread
     recorded)."""
     payload = json.loads(path.read_text())
+    section, column = ("fused_forwards", "fused_ms") if fused else ("forwards", "captured_ms")
+    backend = next((r["backend"] for r in payload[section] if fused and "backend" in r), None)
+    return tuple(
+        _profile(payload, path, [r for r in payload[section] if r["model"] == who], column, who, backend)
+        for who in ("target", "draft")
+    )
+
+
+def head_profiles(path: Path, shape: tuple[int, int]) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
+    """(target, head): the captured forwards at B = 1 (t = 1, 16) of a ``benchmarks/gpu_fast.py`` result's
+    ``heads`` section, the head being the one of MLP width and draft vocabulary ``shape``."""
+    payload = json.loads(path.read_text())
+    rows = [r for r in payload["heads"] if r["B"] == 1]
+    head = [r for r in rows if r["model"] == "head" and (r["intermediate"], r["draft_vocab"]) == tuple(shape)]
+    if not head:
+        shapes = sorted({(r["intermediate"], r["draft_vocab"]) for r in rows if r["model"] == "head"})
+        raise ValueError(f"--head-shape {list(shape)} was not measured in {path.name}: it has {shapes}")
+    target = [r for r in rows if r["model"] == "target"]
+    return _profile(payload, path, target, "captured_ms", "target"), _profile(
+        payload, path, head, "captured_ms", "head"
+    )
+
+
+def _profile(payload: dict, path: Path, rows: list[dict], column: str, who: str, backend=None):
+    """The cost profile of one model's measured forwards (rows with B, tokens, context and ``column`` ms)."""
     env = payload["env"]
     device = f"{env['device']} ({env['gpu']})" if "gpu" in env else env["device"]
     dtype = "bfloat16" if env["device"] == "cuda" else "float32"  # gpu_fast's dtypes
-    section, column = ("fused_forwards", "fused_ms") if fused else ("forwards", "captured_ms")
-    profiles = []
-    for who in ("target", "draft"):
-        rows = [r for r in payload[section] if r["model"] == who and column in r]
-        ms = {(r["B"], r["tokens"], r["context"]): r[column] for r in rows}
-        b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
-        times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
-        model = {"name": f"{who} of {path.name}", "parameters": env[f"{who}_parameters"]}
-        zeros = np.zeros((len(b), len(t), len(c))).tolist()
-        how = "static:" + (
-            rows[0]["backend"] if fused else "cudagraph" if env["device"] == "cuda" else "none"
-        )
-        profiles.append(mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how))
-    return profiles[0], profiles[1]
+    ms = {(r["B"], r["tokens"], r["context"]): r[column] for r in rows if column in r}
+    b, t, c = (tuple(sorted({key[i] for key in ms})) for i in range(3))
+    times = [[[1e-3 * ms[(i, j, k)] for k in c] for j in t] for i in b]
+    model = {"name": f"{who} of {path.name}", "parameters": env.get(f"{who}_parameters", 0)}
+    zeros = np.zeros((len(b), len(t), len(c))).tolist()
+    how = "static:" + (backend or ("cudagraph" if env["device"] == "cuda" else "none"))
+    return mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how)
 
 
-def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd.CostProfile]:
+def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, mdsd.CostProfile]:
     if config.fused and not config.forwards:
         raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
-    if config.forwards:
-        target, draft = forward_profiles(ROOT / config.forwards, config.fused)
+    if config.forwards and config.heads:
+        raise ValueError("give --forwards or --heads, not both")
+    if config.forwards or config.heads:
+        if config.forwards:
+            target, draft = forward_profiles(ROOT / config.forwards, config.fused)
+        else:
+            target, draft = head_profiles(ROOT / config.heads, config.head_shape)
         if config.context not in target.contexts:
             raise ValueError(f"--context must be {target.contexts[0]} with --forwards, got {config.context}")
         lo, hi = target.batches[0], target.batches[-1]
@@ -181,7 +272,9 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
         folder = ROOT / config.profiles
         target = mdsd.CostProfile.load(folder / "target.json")
         draft = mdsd.CostProfile.load(folder / "draft.json") if (folder / "draft.json").exists() else None
-    overhead = fit_overhead(ROOT / config.overhead) if config.overhead else None
+    overheads = fit_overheads(ROOT / config.overhead) if config.overhead else {}
+    fused_ar = fused_ar_seconds(ROOT / config.fused_ar) if config.fused_ar else None
+    baseline = overheads.get("autoregressive")
     stand_in = draft or target  # a plan without draft forwards never reads the draft's profile
     rows = []
     for result in config.results:
@@ -212,7 +305,8 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                     B,
                     config.context,
                     tokens_per_step=e,
-                    overhead=overhead,
+                    overhead=overheads.get("source" if not step_forwards(plan)[0] else "model"),
+                    autoregressive_overhead=baseline,
                     extrapolate=True,
                 )
                 step, ar = pred.step_seconds, pred.autoregressive_seconds
@@ -227,7 +321,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                         B,
                         config.context,
                         tokens_per_step=1.0,
-                        overhead=overhead,
+                        overhead=overheads.get("source"),
                         extrapolate=True,
                     ).step_seconds
                     step = share * step + wide * (read - block) + (1 - share) * alone + caught * read
@@ -243,6 +337,7 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
                         "step_ms": 1e3 * step,
                         "autoregressive_ms": 1e3 * ar,
                         "speedup": e * ar / step,
+                        "speedup_vs_fused_ar": e * fused_ar / step if fused_ar and B == 1 else None,
                         "bound": (plan.max_depth + 1) * ar / step,
                         "extrapolated": widest > target.tokens[-1],
                     }
@@ -252,40 +347,40 @@ def predictions(config: Config) -> tuple[list[dict], Overhead | None, dict, mdsd
         for B in config.batches
         if draft is not None
     }
-    return rows, overhead, ratio, target
+    return rows, overheads, ratio, target
 
 
 def summary(
-    rows: list[dict], overhead: Overhead | None, ratio: dict, config: Config, target: mdsd.CostProfile
+    rows: list[dict], overheads: dict[str, Overhead], ratio: dict, config: Config, target: mdsd.CostProfile
 ) -> str:
     kind = "inductor-compiled, captured" if config.fused else "captured"
     star = f"* : a forward of the step reads more than {target.tokens[-1]}, extrapolated"
     where = (
-        f"the {kind} forwards of {config.forwards} on {target.device} (B in {list(target.batches)}, new "
-        f"tokens in {list(target.tokens)}; {star})"
-        if config.forwards
+        f"the {kind} forwards of {config.forwards or config.heads} on {target.device} (B in "
+        f"{list(target.batches)}, new tokens in {list(target.tokens)}; {star})"
+        if config.forwards or config.heads
         else f"{config.profiles} ({star})"
     )
+    if config.heads:
+        where += f"; the draft is a feature head of MLP width {config.head_shape[0]} and "
+        where += f"{config.head_shape[1]:,} draft tokens"
     lines = [
         f"# Predicted GPU speedups over autoregressive decoding ({config.label} profiles)",
         "",
-        f"Profiles: {where}; context {config.context}; overhead: "
-        + (
-            f"{1e3 * overhead.per_step:.3f} ms + {1e6 * overhead.per_row_node:.2f} µs · B · (F + M) "
-            f"(fit over {overhead.runs} measured steps, rms {overhead.rms_relative_error:.0%})"
-            if overhead
-            else "none (forwards only)"
-        ),
+        f"Profiles: {where}; context {config.context}. Step overhead, fitted per kind of step "
+        f"(o0 + o1 · B · (F + M)): {overhead_text(overheads, bool(config.overhead))}.",
         "Draft / target one-token forward: " + ", ".join(f"B = {B}: {r:.2f}" for B, r in ratio.items())
         if ratio
         else "No draft profile: only methods that run no draft model (a draft source alone) are predicted.",
+        "",
+        baseline_text(rows, config),
         "",
         "Each cell: predicted speedup (bound: every drafted path accepted whole).",
         "",
         "| results: set | T | method | tokens/forward | "
         + " | ".join(f"B = {B}" for B in config.batches)
-        + " |",
-        "|---|---|---|---|" + "---|" * len(config.batches),
+        + (" | B = 1 vs fused AR |" if config.fused_ar else " |"),
+        "|---|---|---|---|" + "---|" * (len(config.batches) + bool(config.fused_ar)),
     ]
     keys = sorted({(r["source"], r["dataset"], r["temperature"], r["method"]) for r in rows}, key=str)
     for source, dataset, temperature, method in keys:
@@ -296,6 +391,9 @@ def summary(
             == (source, dataset, temperature, method)
         ]
         cells = " | ".join(f"{r['speedup']:.2f} ({r['bound']:.2f})" for r in mine)
+        if config.fused_ar:
+            vs = next((r["speedup_vs_fused_ar"] for r in mine if r["speedup_vs_fused_ar"] is not None), None)
+            cells += f" | {vs:.2f}" if vs is not None else " | "
         name = f"{source}: {dataset}" if dataset else source
         star = "*" if mine[0]["extrapolated"] else ""
         share = mine[0].get("model_step_share")
@@ -307,11 +405,52 @@ def summary(
     return "\n".join(lines) + "\n"
 
 
+def baseline_text(rows: list[dict], config: Config) -> str:
+    """What the speedups divide by, in words, with AR's step at B = 1."""
+    ar = next((r["autoregressive_ms"] for r in rows if r["batch"] == 1), None)
+    kind = (
+        "fused, captured" if config.fused else "captured" if config.forwards or config.heads else "profiled"
+    )
+    text = (
+        f"Baseline: autoregressive decoding on the same {kind} forwards"
+        + (" plus AR's own fitted overhead" if config.overhead else "")
+        + (f" ({ar:.2f} ms a token at B = 1)" if ar is not None else "")
+    )
+    if config.fused_ar:
+        fused = 1e3 * fused_ar_seconds(ROOT / config.fused_ar)
+        text += (
+            f"; last column: over AR as mdsd runs it fastest, compiled by inductor and captured, measured at "
+            f"{fused:.2f} ms a token ({config.fused_ar}), the method still on the profiles' path"
+        )
+    return text + "."
+
+
+def overhead_text(overheads: dict[str, Overhead], fitted: bool) -> str:
+    """The fitted overheads in words, and who is charged which."""
+    if not fitted:
+        return "none (forwards only, autoregressive decoding included)"
+    parts = [
+        f"{kind} {1e3 * o.per_step:.3f} ms + {1e6 * o.per_row_node:.2f} µs · B · (F + M) "
+        f"({o.runs} steps, rms {o.rms_relative_error:.0%})"
+        for kind, o in overheads.items()
+    ]
+    missing = [kind for kind in KINDS if kind not in overheads]
+    if missing:
+        parts.append(f"not measured, so charged to nobody: {', '.join(missing)}")
+    return "; ".join(parts) + ". Each method is charged its kind's, autoregressive decoding its own"
+
+
 def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
     """One panel per results folder in ``sources``: predicted speedup against B at T = 0.6 (or the folder's
     lowest temperature where it has no 0.6)."""
-    fig, axes = plt.subplots(1, len(sources), figsize=(6 * len(sources), 4.5), sharey=True, squeeze=False)
-    for ax, source in zip(axes[0], sources, strict=True):
+    columns = min(3, len(sources))  # a grid that reads at laptop size, not a strip
+    grid_rows = -(-len(sources) // columns)
+    fig, axes = plt.subplots(
+        grid_rows, columns, figsize=(4.6 * columns, 3.6 * grid_rows), sharey=True, squeeze=False
+    )
+    for ax in axes.flat[len(sources) :]:
+        ax.set_visible(False)
+    for ax, source in zip(axes.flat, sources, strict=False):
         temperatures = sorted({r["temperature"] for r in rows if r["source"] == source})
         t = 0.6 if 0.6 in temperatures or not temperatures else temperatures[0]
         mine = [r for r in rows if r["source"] == source and r["temperature"] == t]
@@ -327,12 +466,14 @@ def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")
-        ax.set_title(f"{source} (T = {t})")
+        ax.set_title(f"{source} (T = {t})", fontsize=9)
+        ax.grid(alpha=0.3)
         if mine:
-            ax.legend(fontsize=6, ncol=2)
+            ax.legend(fontsize=5.5, ncol=1 if len(mine) < 40 else 2)
         else:
             ax.text(0.5, 0.5, "no method predicted\n(no draft profile)", ha="center", transform=ax.transAxes)
-    axes[0, 0].set_ylabel(f"predicted speedup over autoregressive ({label})")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"speedup over AR ({label})")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -341,10 +482,11 @@ def plot(rows: list[dict], path: Path, label: str, sources: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = config_from_cli(Config, argv)
     out = output_dir("gpu_speedups", config.output_dir)
-    rows, overhead, ratio, target = predictions(config)
+    rows, overheads, ratio, target = predictions(config)
     name = f"speedups_{config.label}"
-    write_results(out, name, rows, config, config.seed, overhead=overhead and overhead.__dict__)
-    (out / f"{name}.md").write_text(summary(rows, overhead, ratio, config, target))
+    fitted = {kind: o.__dict__ for kind, o in overheads.items()}
+    write_results(out, name, rows, config, config.seed, overheads=fitted)
+    (out / f"{name}.md").write_text(summary(rows, overheads, ratio, config, target))
     plot(rows, out / f"{name}.png", config.label, [Path(r).parent.name for r in config.results])
     print(f"results in {out}")
 

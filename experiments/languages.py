@@ -37,6 +37,7 @@ import torch
 
 import mdsd
 from mdsd.data.corpus import TEMPERATURES, concat_records, save_corpus, truncate_logits
+from mdsd.harness.comparison import INTERVAL_METHOD
 from mdsd.harness.experiment import config_from_cli, output_dir, partial_results, run_script, write_results
 from mdsd.harness.report import Block, ReportConfig, report
 from mdsd.harness.sweep import per_process, run_tasks
@@ -277,8 +278,7 @@ def summary(rows: list[dict], config: Config) -> str:
         "",
         "## Tokens per target forward: the draft model against the language's datastore",
         "",
-        f"95% t-interval over the {config.decode_prompts} prompts, clipped below at 1 token per forward "
-        f"({config.decode_prompts - 1} degrees of freedom: with few prompts it is wide).",
+        f"95% {INTERVAL_METHOD} ({config.decode_prompts} prompts: with few it is wide).",
         "",
         "| language | method | tokens / target forward (95% CI) | tokens/s | datastore tokens |",
         "|---|---|---|---|---|",

@@ -271,6 +271,18 @@ def test_predict_against_a_hand_computation(profiles):
     assert pred.autoregressive_seconds == pytest.approx(ar, rel=1e-12)
     assert pred.autoregressive_tokens_per_second == pytest.approx(B / ar, rel=1e-12)
     assert pred.speedup == pytest.approx(2.44 * ar / step, rel=1e-12)
+    assert pred.autoregressive_overhead_seconds == 0
+    # the autoregressive step charged its own overhead: one forwarded node a row
+    own = Overhead(per_step=4e-4, per_row_node=3e-6)
+    both = mdsd.predict(
+        *profiles, Tree.kary([2, 1]), [0.6, 0.3], B, c, overhead=overhead, autoregressive_overhead=own
+    )
+    assert both.autoregressive_overhead_seconds == pytest.approx(4e-4 + 3e-6 * B, rel=1e-12)
+    assert both.autoregressive_seconds == pytest.approx(ar + 4e-4 + 3e-6 * B, rel=1e-12)
+    assert both.speedup == pytest.approx(2.44 * (ar + 4e-4 + 3e-6 * B) / step, rel=1e-12)
+    assert both.step_seconds == pred.step_seconds
+    with pytest.raises(TypeError, match="autoregressive_overhead"):
+        mdsd.predict(*profiles, Tree.kary([2, 1]), [0.6, 0.3], B, c, autoregressive_overhead=1e-3)
     # a measured tokens/step instead of the acceptance vector; a Plan instead of the tree
     plan = mdsd.tree.plan.static_plan(Tree.kary([2, 1]))
     same = mdsd.predict(*profiles, plan, None, B, c, tokens_per_step=2.44, overhead=overhead)

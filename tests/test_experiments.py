@@ -211,6 +211,77 @@ def test_batch_efficiency_quick(tmp_path):
     assert "4 prompts (random tokens (--quick))" in summary and "mt-bench" not in summary
 
 
+def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
+    """Prompts decoded two at a time, as one task or as runs of two prompts per task, give the same rows;
+    --partial writes what an interrupted run's checkpoint holds, cut to the prompts every method finished,
+    and leaves the checkpoint for --resume."""
+    methods = ["chain:3/single", "binary:1/rrs"]
+    flags = ("--max-new-tokens", "6", "--batch-size", "2", "--methods", *methods)
+    whole = run_script("batch_efficiency", tmp_path / "whole", *flags)["rows"]
+    runs = run_script("batch_efficiency", tmp_path / "runs", *flags, "--prompts-per-task", "2")["rows"]
+    assert [r["method"] for r in runs] == methods
+    for a, b in zip(whole, runs, strict=True):
+        assert [p["batch"] for p in a["per_prompt"]] == [0, 0, 2, 2]  # a batch by its first prompt
+        assert [p["seed"] for p in a["per_prompt"]] == [0, 0, 2, 2]
+        for name in ("tokens_per_forward", "ci95", "tokens", "target_forwards", "draft_forwards"):
+            assert a[name] == b[name], name
+        drop = ("seconds",)
+        assert [{k: v for k, v in p.items() if k not in drop} for p in a["per_prompt"]] == [
+            {k: v for k, v in p.items() if k not in drop} for p in b["per_prompt"]
+        ]
+    summary = (tmp_path / "runs" / "summary.md").read_text()
+    assert "| chain:3/single | binary:1/rrs | " in summary and "Paired, T = 0.6" in summary
+
+    # an interrupted run: its checkpoint holds the first round (both methods on prompts 0-1) and the first
+    # method's run of prompts 2-3, each line what run_method returned for that task
+    module = runpy.run_path(str(EXPERIMENTS / "batch_efficiency.py"))
+    from mdsd.harness.experiment import config_from_cli, partial_results
+    from mdsd.harness.methods import chunked, merge_runs
+
+    argv = ["--quick", "--output-dir", str(tmp_path / "partial"), *flags, "--prompts-per-task", "2"]
+    config = config_from_cli(module["Config"], argv)
+    tasks = chunked([{"temperature": 0.6, "method": m} for m in methods], [4], config)
+    with partial_results(tmp_path / "partial", "batch_efficiency", config, resume=True) as checkpoint:
+        pass
+    with pytest.raises(SystemExit):  # nothing finished yet: nothing to write
+        run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    assert "--partial:" in capsys.readouterr().err
+    measures = {"per_prompt", "tokens", "ci95", "tokens_per_forward"}
+    lines = []
+    for i, task in enumerate(tasks[:3]):
+        row = next(r for r in runs if r["method"] == task["method"])
+        a, b = task["prompts"]
+        own = {k: v for k, v in row.items() if k not in measures} | {
+            "per_prompt": [p for p in row["per_prompt"] if a <= p["prompt"] < b]
+        }
+        lines.append(json.dumps({"index": i, "task": task, "result": merge_runs([own])[0]}))
+    checkpoint.write_text("\n".join(lines) + "\n")
+    partial = run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    payload = json.loads((tmp_path / "partial" / "batch_efficiency.json").read_text())
+    assert payload["partial"] == {
+        "tasks_finished": 3,
+        "tasks": 4,
+        "prompts": [0, 1],
+        "methods_not_started": [],
+    }
+    for got, row in zip(partial["rows"], runs, strict=True):  # both methods, on the prompts both finished
+        first = [p for p in row["per_prompt"] if p["prompt"] < 2]
+        assert got["per_prompt"] == first and got["tokens"] == sum(p["tokens"] for p in first)
+    assert checkpoint.exists()  # kept for --resume
+    assert (
+        "partial: the prompts every method finished so far"
+        in (tmp_path / "partial" / "summary.md").read_text()
+    )
+    checkpoint.write_text(lines[0] + "\n")  # one method has run: its rows, and the other named as not started
+    partial = run_script("batch_efficiency", tmp_path / "partial", *argv[3:], "--partial")
+    payload = json.loads((tmp_path / "partial" / "batch_efficiency.json").read_text())
+    assert [r["method"] for r in partial["rows"]] == methods[:1]
+    assert payload["partial"]["methods_not_started"] == [{"temperature": 0.6, "method": methods[1]}]
+    with pytest.raises(SystemExit):
+        run_script("batch_efficiency", tmp_path / "bad", *flags, "--prompts-per-task", "3")
+    assert "--prompts-per-task must be 0 or a multiple of --batch-size 2, got 3" in capsys.readouterr().err
+
+
 def test_batch_efficiency_quick_on_the_fast_path(tmp_path):
     """--compile runs mdsd's methods on the fast path, counted by the decoder (one target forward a step)."""
     methods = ["chain:3/single", "binary:1/rrs+lookup"]
@@ -378,29 +449,72 @@ def test_real_acceptance_quick(tmp_path):
 
 
 def test_gpu_speedups_fits_the_step_overhead_and_predicts_without_a_draft_profile(tmp_path):
-    """experiments/gpu_speedups.py: the overhead fit recovers a known o0 + o1 · B · (F + M) from decode rows
-    in gpu_fast.json's layout; a profile folder holding the target's alone predicts exactly the draft-free
-    methods, with the same figures as beside a draft profile (which those never read)."""
+    """experiments/gpu_speedups.py: the overhead fit recovers a known o0 + o1 · B · (F + M) per kind of step
+    from decode rows in gpu_fast.json's layout (model trees, a source alone, autoregressive steps); each
+    method is charged its kind's and autoregressive decoding its own; a profile folder holding the target's
+    alone predicts exactly the draft-free methods, with the same figures as beside a draft profile."""
+    from mdsd.costs import step_forwards
     from mdsd.costs.predict import vocabulary_rows
+    from mdsd.tree.plan import with_retrieval
 
     mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
-    Config, predictions, fit_overhead, plan_of = (
-        mod[k] for k in ("Config", "predictions", "fit_overhead", "plan_of")
+    Config, predictions, fit_overheads, plan_of = (
+        mod[k] for k in ("Config", "predictions", "fit_overheads", "plan_of")
     )
-    o0, o1 = 1.5e-3, 4e-6
+    truth = {"model": (1.5e-3, 4e-6), "source": (0.9e-3, 2e-6), "autoregressive": (0.4e-3, 1e-6)}
+
+    def host_ms(kind, B, rows):
+        return 1e3 * (truth[kind][0] + truth[kind][1] * B * rows)
+
     decode = [
-        {"path": "cudagraph", "tree": tree, "batch": B, "host_ms": 1e3 * (o0 + o1 * B * vocabulary_rows(p))}
+        {"path": "cudagraph", "tree": tree, "batch": B, "host_ms": host_ms("model", B, vocabulary_rows(p))}
         for tree in ("chain:4", "binary:3", "dynamic:8,2,3,24")
         for p in [plan_of(f"{tree}/rrsw", 0.6, (1, 1))]
         for B in (1, 64)
     ]
-    decode += [  # AR and prompt lookup alone: not in the fit (no draft model)
-        {"path": "cudagraph", "tree": tree, "batch": 1, "host_ms": 9.0} for tree in ("none", "lookup")
+    chains = vocabulary_rows(with_retrieval(None, 1, 8))
+    decode += [
+        {"path": "cudagraph", "tree": "lookup", "batch": B, "host_ms": host_ms("source", B, chains)}
+        for B in (1, 64)
     ]
+    decode += [
+        {"path": "cudagraph", "tree": "none", "batch": B, "host_ms": host_ms("autoregressive", B, 1)}
+        for B in (1, 64)
+    ]
+    decode += [{"path": "eager", "tree": "none", "batch": 1, "host_ms": 99.0}]  # the eager path: not fitted
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
-    fit = fit_overhead(tmp_path / "gpu_fast.json")
-    assert fit.runs == 6 and fit.rms_relative_error < 1e-9
-    assert fit.per_step == pytest.approx(o0, rel=1e-9) and fit.per_row_node == pytest.approx(o1, rel=1e-9)
+    fits = fit_overheads(tmp_path / "gpu_fast.json")
+    assert set(fits) == set(truth) and [fits[k].runs for k in truth] == [6, 2, 2]
+    for kind, (o0, o1) in truth.items():
+        assert fits[kind].rms_relative_error < 1e-9
+        assert fits[kind].per_step == pytest.approx(o0, rel=1e-9)
+        assert fits[kind].per_row_node == pytest.approx(o1, rel=1e-9)
+
+    static = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-static"
+    target, draft = (mdsd.CostProfile.load(static / f"{who}.json") for who in ("target", "draft"))
+    config = Config(profiles=str(static), overhead=str(tmp_path / "gpu_fast.json"), batches=(1, 8))
+    rows, overheads, _, _ = predictions(config)
+    assert set(overheads) == set(truth)
+    for r in rows:
+        if "/first" in r["method"]:
+            continue  # a mixture of steps, tested with the forwards
+        plan = plan_of(r["method"], r["temperature"], (1, 8) if r["source"] == "batch_efficiency" else (2, 8))
+        new, F = step_forwards(plan, static=True)
+        B, c = r["batch"], config.context
+        kind = "model" if new else "source"
+        step = sum(draft.seconds(B, n, c, True) for n in new) + target.seconds(B, F, c, True)
+        step += truth[kind][0] + truth[kind][1] * B * vocabulary_rows(plan)
+        ar = target.seconds(B, 1, c, True) + truth["autoregressive"][0] + truth["autoregressive"][1] * B
+        e = min(r["tokens_per_forward"], plan.max_depth + 1)
+        assert r["speedup"] == pytest.approx(e * ar / step, rel=1e-6), r["method"]
+    del decode[
+        -3:-1
+    ]  # no autoregressive steps measured: nobody is charged that kind, and the summary says so
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"decode": decode}))
+    rows, overheads, ratio, target_profile = predictions(config)
+    assert "autoregressive" not in overheads
+    text = mod["summary"](rows, overheads, ratio, config, target_profile)
+    assert "not measured, so charged to nobody: autoregressive" in text
 
     eager = EXPERIMENTS.parent / "results" / "gpu" / "profiles" / "h200-eager"
     (tmp_path / "alone").mkdir()
@@ -441,8 +555,8 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
     env = {"device": "cuda", "gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
     (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "forwards": forwards}))
     config = Config(forwards=str(tmp_path / "gpu_fast.json"), context=256)
-    rows, overhead, ratio, target = predictions(config)
-    assert overhead is None and target.device == "cuda (a card)" and target.path == "static:cudagraph"
+    rows, overheads, ratio, target = predictions(config)
+    assert overheads == {} and target.device == "cuda (a card)" and target.path == "static:cudagraph"
     assert ratio[1] == pytest.approx(2.91 / 3.82) and ratio[64] == pytest.approx(3.54 / 5.08)
     methods = {r["method"] for r in rows}
     assert {"chain:4/single", "dynamic:8,2,3,24/rrsw", "none/topk+lookup"} <= methods  # model trees too
@@ -486,7 +600,127 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
         twin = same[(r["source"], r["dataset"], r["method"], r["temperature"])]
         assert r["speedup"] == pytest.approx(twin["speedup"], rel=1e-9)
         assert r["step_ms"] == pytest.approx(twin["step_ms"] / 2, rel=1e-9)
+    # --fused-ar: a measured fused AR step (B = 1) is a second baseline, for the B = 1 rows only
+    payload["fused"] = [{"path": "inductor-cudagraph", "tree": "none", "batch": 1, "step_ms": 1.9}]
+    (tmp_path / "gpu_fast.json").write_text(json.dumps(payload))
+    config = Config(
+        forwards=str(tmp_path / "gpu_fast.json"), context=256, fused_ar=str(tmp_path / "gpu_fast.json")
+    )
+    both, _, ratio, target = predictions(config)
+    for r in both:
+        e = r["speedup"] * r["step_ms"] / r["autoregressive_ms"]  # the tokens per step it was predicted at
+        expected = e * 1.9 / r["step_ms"] if r["batch"] == 1 else None
+        assert r["speedup_vs_fused_ar"] == (pytest.approx(expected, rel=1e-9) if expected else None)
+    text = mod["summary"](both, {}, ratio, config, target)
+    assert "B = 1 vs fused AR" in text and "measured at 1.90 ms a token" in text
+    payload["fused"].append(dict(payload["fused"][0]))
+    (tmp_path / "gpu_fast.json").write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match="2 fused autoregressive B = 1 steps, expected one"):
+        predictions(config)
     with pytest.raises(ValueError, match=r"--batches must lie in \[1, 1\]"):
         predictions(Config(forwards=str(tmp_path / "gpu_fast.json"), fused=True, context=256))
     with pytest.raises(ValueError, match="--fused reads"):
         predictions(Config(fused=True))
+
+
+def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_path):
+    """--heads: the heads section's target and the head of --head-shape at B = 1 (t = 1, 16) as the
+    profiles; every speedup is E · f_p(1) / (Σ_d f_h(n_d) + f_p(F)), linear between the measured t; a shape
+    not measured is refused, naming the ones that were."""
+    from mdsd.costs import step_forwards
+
+    mod = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))
+    Config, predictions, plan_of = (mod[k] for k in ("Config", "predictions", "plan_of"))
+
+    def ms(who, t):
+        return {"target": 3.5 + 0.04 * t, "head": 0.2 + 0.003 * t, "draft": 2.8 + 0.03 * t}[who]
+
+    rows = [
+        {"model": who, "intermediate": 4096, "draft_vocab": vocab, "B": B, "tokens": t, "context": 256}
+        | {"captured_ms": ms(who, t) * (2 if B == 64 else 1)}
+        for who, vocab in (("target", 151936), ("head", 16384), ("draft", 151936))
+        for B, t in ((1, 1), (1, 16), (64, 1))
+    ]
+    env = {"device": "cuda", "gpu": "a card", "target_parameters": 10, "draft_parameters": 3}
+    (tmp_path / "gpu_fast.json").write_text(json.dumps({"env": env, "heads": rows}))
+    results = "results/drafters/decode-kl-head/batch_efficiency.json"
+    config = Config(heads=str(tmp_path / "gpu_fast.json"), context=256, batches=(1,), results=(results,))
+    predicted, _, ratio, target = predictions(config)
+    assert target.batches == (1,) and ratio[1] == pytest.approx(ms("head", 1) / ms("target", 1))
+    assert {r["method"] for r in predicted} == {
+        r["method"] for r in json.loads((EXPERIMENTS.parent / results).read_text())["rows"]
+    }
+    for r in predicted:
+        draft, F = step_forwards(plan_of(r["method"], r["temperature"], (1, 8)), static=True)
+        step = sum(ms("head", n) for n in draft) + ms("target", F)
+        e = r["tokens_per_forward"]
+        assert r["speedup"] == pytest.approx(e * ms("target", 1) / step, rel=1e-9)
+    with pytest.raises(ValueError, match=r"--head-shape \[2048, 8192\] was not measured.*\(4096, 16384\)"):
+        predictions(
+            Config(heads=str(tmp_path / "gpu_fast.json"), context=256, batches=(1,), head_shape=(2048, 8192))
+        )
+    with pytest.raises(ValueError, match="not both"):
+        predictions(Config(heads="a", forwards="b"))
+
+
+def test_specialised_drafters_quick(tmp_path, capsys):
+    """Every drafter on every set; the greedy chains computed from agreement are the decoder's own tokens per
+    target forward (the small drafter decoded here at T = 0 on the run's prompts and answers)."""
+    from mdsd.drafters.small import SmallDrafter
+    from mdsd.hf.tiny import tiny_pair
+
+    target, _ = tiny_pair(0)
+    drafter = SmallDrafter.fresh(target, torch.arange(64), 16, 2, 4, 2, 24, seed=1)
+    drafter.save(tmp_path / "small")
+    shutil.copytree(tmp_path / "small", tmp_path / "pf")
+    for name, init, tokens in (("small", None, 100), ("pf", "/x/pretrained", 300)):  # finetuned on "a"
+        record = {"stage": "finetune", "init": init, "source": {"config": {"sets": ["a-train"]}}}
+        record["data"] = {"train_tokens": tokens}
+        (tmp_path / name / "training.json").write_text(json.dumps(record))
+    folders = (str(tmp_path / "small"), str(tmp_path / "pf"))
+    flags = ("--drafters", *folders, "--sets", "a", "b", "--prompts-per-set", "3")
+    payload = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens", "10")
+    rows = payload["rows"]
+    assert [(r["drafter"], r["set"]) for r in rows] == [
+        (d, s) for s in ("a", "b") for d in ("draft-0.5b", "small", "pf")
+    ]
+    pf = next(r for r in rows if r["drafter"] == "pf")
+    assert (pf["stage"], pf["init"], pf["train_tokens"], pf["home"]) == ("finetune", "pretrained", 300, "a")
+    assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
+    shutil.copytree(tmp_path / "small", tmp_path / "again" / "small")
+    three = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens=10", "--ks=3")
+    for row, before in zip(three["rows"], rows, strict=True):  # the same answers, α*_3 between α*_2 and α*_4
+        assert "alpha_2" not in row and before["alpha_2"] <= row["alpha_3"] <= before["alpha_4"]
+    twins = ("--drafters", folders[0], str(tmp_path / "again" / "small"), *flags[3:])
+    with pytest.raises(SystemExit):  # answers.json is reused
+        run_script("specialised_drafters", tmp_path / "out", *twins, "--max-new-tokens", "10")
+    assert "--drafters: two drafters are named 'small'" in capsys.readouterr().err
+    answers = json.loads((tmp_path / "out" / "answers.json").read_text())["answers"]
+    for depth in (1, 4):
+        dec = mdsd.TreeDecoder(target, drafter, mdsd.Tree.chain(depth), "single", temperature=0.0)
+        for set_name in ("a", "b"):
+            prompts = [p for p, _ in answers[set_name]]
+            outs = dec.generate_batch(prompts, 10)
+            assert [o.tokens.tolist() for o in outs] == [a for _, a in answers[set_name]]
+            want = sum(o.tokens.numel() for o in outs) / sum(len(o.tokens_per_step) for o in outs)
+            row = next(r for r in rows if r["drafter"] == "small" and r["set"] == set_name)
+            assert row[f"greedy_chain{depth}"] == pytest.approx(want)
+    assert all(0 <= r["acceptance"] <= r["alpha_2"] <= r["alpha_4"] <= 1 for r in rows)
+
+
+def test_specialised_drafters_read_a_small_drafters_cost_by_its_shape():
+    """The captured cost of a small drafter comes from the row of its width and depth with the smallest draft
+    vocabulary that holds its own; none where no such row exists."""
+    from mdsd.drafters.small import SmallDrafter
+    from mdsd.hf.tiny import tiny_pair
+
+    ratio_for = runpy.run_path(str(EXPERIMENTS / "specialised_drafters.py"))["ratio_for"]
+    target, draft = tiny_pair(0)
+    drafter = SmallDrafter.fresh(target, torch.arange(40), 16, 2, 4, 2, 24, seed=1)  # M = 40
+    gpu = {
+        f"small:16:2:{m}": {"measured_ratio": None, "predicted_ratio": r}
+        for m, r in ((32, 0.1), (64, 0.2), (128, 0.3))
+    } | {"small:16:3:64": {"predicted_ratio": 0.9}, "draft": {"measured_ratio": 0.8, "predicted_ratio": 0.7}}
+    assert ratio_for(gpu, drafter) == (0.2, "small:16:2:64")
+    assert ratio_for(gpu, draft) == (0.8, "draft")
+    assert ratio_for({"small:16:2:32": gpu["small:16:2:32"]}, drafter) == (None, None)

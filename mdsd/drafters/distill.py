@@ -24,13 +24,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions
+from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
     "DistillConfig",
@@ -40,6 +39,7 @@ __all__ = [
     "load_shard",
     "prompt_digest",
     "prompt_tokens",
+    "shard_sequences",
     "training_texts",
     "distill",
 ]
@@ -153,6 +153,23 @@ def prompt_tokens(
     return out
 
 
+def shard_sequences(
+    config: DistillConfig, shard: Shard, tokenizer, texts: dict[str, list[str]]
+) -> tuple[list[list[int]], list[int]]:
+    """A shard's sequences prompt + answer and where each answer starts, the prompts rendered again from
+    their sets' ``texts`` (``ValueError`` where one renders to other tokens than the run's: a changed
+    tokenizer, training set or chat template)."""
+    pairs = list(zip(shard.sets.tolist(), shard.items.tolist(), strict=True))
+    prompts = prompt_tokens(config, tokenizer, pairs, texts)
+    for r, (ids, digest) in enumerate(zip(prompts, shard.digests, strict=True)):
+        if prompt_digest(ids) != digest:
+            raise ValueError(
+                f"shard {shard.index}, prompt {r}: the prompt renders to other tokens than the run's (a "
+                "changed tokenizer, training set or chat template); recompute the run"
+            )
+    return [p + a.tolist() for p, a in zip(prompts, shard.answers(), strict=True)], [len(p) for p in prompts]
+
+
 def load_shard(path: str | os.PathLike) -> Shard:
     """A shard file, checked whole: ``ValueError`` naming the file if it is truncated, corrupt or
     inconsistent."""
@@ -214,9 +231,7 @@ def _manifest(config: DistillConfig, target_dir: Path, dtype: str) -> dict:
             }
             for name in config.sets
         },
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +40,11 @@ from mdsd.drafters.distill import (
     MANIFEST,
     DistillConfig,
     load_shard,
-    prompt_digest,
-    prompt_tokens,
     shard_count,
+    shard_sequences,
     training_texts,
 )
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions
+from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
     "features_path",
@@ -62,19 +60,6 @@ FEATURES = "features.json"
 
 def features_path(folder: str | os.PathLike, index: int) -> Path:
     return Path(folder) / f"features-{index:05d}.safetensors"
-
-
-def _sequences(config: DistillConfig, shard, tokenizer, texts) -> tuple[list[list[int]], list[int]]:
-    """The shard's sequences prompt + answer and where each answer starts (prompt digests checked)."""
-    pairs = list(zip(shard.sets.tolist(), shard.items.tolist(), strict=True))
-    prompts = prompt_tokens(config, tokenizer, pairs, texts)
-    for r, (ids, digest) in enumerate(zip(prompts, shard.digests, strict=True)):
-        if prompt_digest(ids) != digest:
-            raise ValueError(
-                f"shard {shard.index}, prompt {r}: the prompt renders to other tokens than the run's (a "
-                "changed tokenizer, training set or chat template); recompute the run"
-            )
-    return [p + a.tolist() for p, a in zip(prompts, shard.answers(), strict=True)], [len(p) for p in prompts]
 
 
 @torch.no_grad()
@@ -146,9 +131,7 @@ def compute_features(
         "target": described,
         "top_k": top_k,
         "dtype": dtype,
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
     path = out / FEATURES
     if path.is_file():
@@ -164,7 +147,7 @@ def compute_features(
     target = load_model(target_dir, dtype)
     for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
         shard = load_shard(distilled / f"shard-{s:05d}.npz")
-        sequences, answers = _sequences(config, shard, tokenizer, texts)
+        sequences, answers = shard_sequences(config, shard, tokenizer, texts)
         write_features(features_path(out, s), target, sequences, answers, top_k, batch_tokens)
     return out
 
@@ -189,8 +172,7 @@ def compute_corpus_features(
     ``max_answer_tokens``, ended by the tokenizer's end-of-turn token where it fits whole)."""
     from tqdm import tqdm
 
-    from mdsd.data.prompts import render
-    from mdsd.data.training import TRAINING_SETS, load_training_items
+    from mdsd.data.training import TRAINING_SETS, load_training_items, render_item
     from mdsd.hf import describe_model, load_model, load_tokenizer
 
     out, target_dir = ensure_output_dir(out, "--out"), Path(target_dir)
@@ -214,9 +196,7 @@ def compute_corpus_features(
         "target": described,
         "top_k": top_k,
         "dtype": dtype,
-        "command": " ".join(sys.argv),
-        "git_revision": git_revision(),
-        "versions": package_versions(),
+        **provenance(),  # command, revision, versions, device, time
     }
     path = out / FEATURES
     if path.is_file():
@@ -230,23 +210,14 @@ def compute_corpus_features(
     tokenizer = load_tokenizer(target_dir)
     items = {name: [it for it in load_training_items(name) if it[1]] for name in sets}
     picks = [np.random.default_rng([seed, i]).permutation(len(items[n])) for i, n in enumerate(sets)]
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
     target = load_model(target_dir, dtype)
     for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
         rows, answers = [], []
         for i in range(s * shard_sequences, min((s + 1) * shard_sequences, sequences)):
             name = sets[i % len(sets)]
             text, reference = items[name][int(picks[i % len(sets)][i // len(sets)])]
-            prompt = list(
-                render(TRAINING_SETS[name].instruction.format(text=text), tokenizer, max_prompt_tokens)
-            )
-            if TRAINING_SETS[name].kind == "code":
-                reference = f"```python\n{text}{reference}```"
-            answer = tokenizer.encode(reference, add_special_tokens=False)
-            answer = (
-                answer[:max_answer_tokens]
-                if len(answer) >= max_answer_tokens or end is None
-                else answer + [end]
+            prompt, answer = render_item(
+                name, text, reference, tokenizer, max_prompt_tokens, max_answer_tokens
             )
             rows.append(prompt + answer)
             answers.append(len(prompt))

@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mdsd.drafters.layer import DecoderLayer, LayerShape, rotary
-from mdsd.tree.cache import Forward, finite
+from mdsd.drafters.cache import LayerCache
+from mdsd.drafters.layer import DecoderLayer, LayerShape
 
-__all__ = ["HeadConfig", "FeatureHead", "HeadCache", "FILL"]
+__all__ = ["HeadConfig", "FeatureHead", "FILL"]
 
 FILL = -1e30  # the logit of a token outside the draft vocabulary: exp(FILL - max) is 0 in float32
 FORMAT = 1  # head.json's format
@@ -208,95 +208,19 @@ class FeatureHead(nn.Module):
     def vocab_size(self) -> int:
         return self.head_config.vocab_size
 
-    def eager_cache(self, rows: int, capacity: int, temperature: float) -> HeadCache:
-        return HeadCache(self, rows, capacity, temperature)
+    @property
+    def stack(self) -> list[DecoderLayer]:
+        """Its layers (:class:`mdsd.drafters.cache.LayerCache`): one."""
+        return [self.layer]
 
-    def static_cache(self, rows: int, capacity: int, temperature: float) -> HeadCache:
-        return HeadCache(self, rows, capacity, temperature)
+    def eager_cache(self, rows: int, capacity: int, temperature: float) -> LayerCache:
+        return LayerCache(self, rows, capacity, temperature)
+
+    def static_cache(self, rows: int, capacity: int, temperature: float) -> LayerCache:
+        return LayerCache(self, rows, capacity, temperature)
 
     def static_obstacle(self) -> str | None:
         return None
-
-
-class HeadCache:
-    """The head over its own static key/value cache (the layout of :class:`mdsd.tree.static.StaticLM`, one
-    layer): a :class:`mdsd.tree.cache.Cache` that reads the target's features, on both decoder paths."""
-
-    reads_features = True
-
-    def __init__(self, head: FeatureHead, rows: int, capacity: int, temperature: float = 1.0) -> None:
-        s = head.head_config.layer
-        param = head.fc.weight
-        self.head, self.capacity, self.temperature = head, capacity, temperature
-        self.groups = s.heads // s.kv_heads
-        self.keys = torch.zeros(
-            rows, s.kv_heads, capacity, s.head_dim, dtype=param.dtype, device=param.device
-        )
-        self.values = torch.zeros_like(self.keys)
-        self.length = torch.zeros(rows, dtype=torch.long, device=param.device)
-        self.local = 0
-        self.model = head  # what mdsd.tree.prefill reads the dtype from
-
-    def begin(self) -> None:
-        self.local = 0
-
-    def reset(self) -> None:
-        self.length.zero_()
-        self.local = 0
-
-    def live(self) -> torch.Tensor:
-        return self.length
-
-    def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep only the batch rows ``rows`` [B'] (the eager path drops finished rows)."""
-        self.keys, self.values, self.length = self.keys[rows], self.values[rows], self.length[rows]
-
-    @torch.no_grad()
-    def forward(
-        self,
-        ids: torch.Tensor,
-        visible: torch.Tensor,
-        positions: torch.Tensor,
-        keep: int,
-        block_valid: torch.Tensor,  # noqa: ARG002 (dead slots are those a later mask leaves out)
-        local: torch.Tensor | None = None,
-        features: torch.Tensor | None = None,
-    ) -> Forward:
-        """:meth:`mdsd.tree.cache.Cache.forward`: the draft logits of the block's last ``keep`` tokens and the
-        head's features there (``hidden``), from tokens ``ids`` [B, Q] with ``features`` [B, Q, H]."""
-        B, Q = ids.shape
-        S, C = self.local, self.capacity
-        layer = self.head.layer
-        step = visible if local is None else torch.cat([local, visible], dim=2)  # [B, Q, S + Q]
-        rel = torch.arange(C, device=ids.device)[None, :] - self.length[:, None]  # [B, C]
-        inside = (rel >= 0) & (rel < S + Q)
-        seen = step.gather(2, rel.clamp(0, S + Q - 1)[:, None, :].expand(B, Q, C))
-        allowed = (rel < 0)[:, None, :] | (inside[:, None, :] & seen)  # [B, Q, C]
-        mask = allowed[:, None, None].expand(B, 1, self.groups, Q, C).reshape(B, 1, self.groups * Q, C)
-        x = self.head.inputs(ids, features)
-        cos, sin = rotary(positions, layer.shape.head_dim, layer.shape.rope_theta, x.dtype)
-        q, k, v = layer.project(x, cos, sin)
-        at = (self.length[:, None] + S + torch.arange(Q, device=ids.device))[:, None, :, None]  # [B, 1, Q, 1]
-        at = at.expand(B, k.shape[1], Q, k.shape[3])
-        self.keys.scatter_(2, at, k)
-        self.values.scatter_(2, at, v)
-        g = layer.finish(x, q, self.keys, self.values, mask)[:, -keep:]
-        self.local = S + Q
-        logits, bad = finite(self.head.draft_logits(g, self.temperature))
-        return Forward(logits, bad, g)
-
-    @torch.no_grad()
-    def commit(self, index: torch.Tensor, count: torch.Tensor) -> None:
-        """Keep the step's slots ``index[b, :count[b]]`` (offsets into the step's region), in order."""
-        B, W = index.shape
-        source = (self.length[:, None] + index).clamp(max=self.capacity - 1)  # [B, W]
-        target = (self.length[:, None] + torch.arange(W, device=index.device)).clamp(max=self.capacity - 1)
-        for kv in (self.keys, self.values):
-            shape = (B, kv.shape[1], W, kv.shape[3])
-            moved = kv.gather(2, source[:, None, :, None].expand(shape))  # a copy, made before the write
-            kv.scatter_(2, target[:, None, :, None].expand(shape), moved)
-        self.length.add_(count)
-        self.local = 0
 
 
 def check_target(config: HeadConfig, target: nn.Module, target_weights: str | None = None) -> None:

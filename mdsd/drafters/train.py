@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +50,9 @@ from mdsd.drafters.losses import (
     optimal_acceptance_wor2,
     total_variation,
 )
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
+from mdsd.outputs import ensure_output_dir, provenance, strict_json
 
-__all__ = ["TrainConfig", "HeadData", "train", "position_loss", "CHECKPOINT", "TRAINING"]
+__all__ = ["TrainConfig", "HeadData", "train", "position_loss", "save_checkpoint", "CHECKPOINT", "TRAINING"]
 
 CHECKPOINT = "checkpoint.pt"
 TRAINING = "training.json"
@@ -334,7 +333,18 @@ def train(
         if step % config.checkpoint_every == 0 or step == config.steps:
             states = _gather_rng(rng, world)
             if rank == 0:
-                _save_checkpoint(checkpoint, key, head, optimizer, schedule, step, curve, states)
+                save_checkpoint(
+                    checkpoint,
+                    {
+                        "key": key,
+                        "head": head.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "step": step,
+                        "curve": curve,
+                        "rng": states,
+                    },
+                )
     bar.close()
     if rank == 0:
         head.save(out)
@@ -345,9 +355,7 @@ def train(
             "target": described,
             "processes": world,
             "curve": curve,
-            "command": " ".join(sys.argv),
-            "git_revision": git_revision(),
-            "versions": package_versions(),
+            **provenance(),  # command, revision, versions, device, time
         }
         (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     if world > 1:
@@ -382,18 +390,9 @@ def _gather_rng(rng: np.random.Generator, world: int) -> list:
     return states
 
 
-def _save_checkpoint(path: Path, key, head, optimizer, schedule, step, curve, states) -> None:
+def save_checkpoint(path: Path, state: dict) -> None:
+    """Write ``state`` to ``path`` whole: to a partial file, then renamed over it (a killed run leaves the
+    previous checkpoint)."""
     partial = path.with_suffix(".partial")
-    torch.save(
-        {
-            "key": key,
-            "head": head.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "step": step,
-            "curve": curve,
-            "rng": states,
-        },
-        partial,
-    )
+    torch.save(state, partial)
     os.replace(partial, path)

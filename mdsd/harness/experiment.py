@@ -24,14 +24,13 @@ import hashlib
 import itertools
 import json
 import os
-import platform
 import sys
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mdsd.errors import report_exception
-from mdsd.outputs import ensure_output_dir, git_revision, package_versions, strict_json
+from mdsd.outputs import ensure_output_dir, git_revision, package_versions, provenance, strict_json
 
 # ensure_output_dir, git_revision, package_versions and strict_json live in mdsd.outputs, which the drafters'
 # runs below the harness share; they are names of this module too, for the experiments.
@@ -191,12 +190,16 @@ def metadata(
     seed: int | None = None,
     models: list[dict] | None = None,
     prompt_sets: list[str] | None = None,
+    destination: str | Path | None = None,
 ) -> dict:
-    """What a result file records beside its numbers: resolved config, seed, revision, versions, and where
-    its models ({role: :func:`mdsd.hf.describe_model`}: name, path, weights sha256) and prompt sets
-    (:func:`mdsd.data.describe_prompt_set`: pinned package, member) came from.
+    """What a result file records beside its numbers: resolved config, seed, where its models
+    ({role: :func:`mdsd.hf.describe_model`}: name, path, weights sha256) and prompt sets
+    (:func:`mdsd.data.describe_prompt_set`: pinned package, member) came from, and its
+    :func:`mdsd.outputs.provenance` (command, git revision, versions, device, time; a dirty tree may not
+    write into the committed results folders unless ``$MDSD_SCRATCH`` marks the run as scratch).
 
-    ``run`` holds the config fields that say how it ran (see the module docstring); ``created`` the time.
+    ``run`` holds the config fields that say how it ran (see the module docstring). A file later copied
+    from a log or merged from parts adds ``assembled_from`` (:mod:`mdsd.outputs`).
     """
     from mdsd.data import describe_prompt_set
 
@@ -207,10 +210,7 @@ def metadata(
         "seed": seed,
         "models": models or {},
         "prompt_sets": [describe_prompt_set(name) for name in prompt_sets or ()],
-        "git_revision": git_revision(),
-        "versions": package_versions(),
-        "platform": platform.platform(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **provenance(destination),
     }
 
 
@@ -224,11 +224,14 @@ def write_results(
     prompt_sets: list[str] | None = None,
     **extra,
 ) -> tuple[Path, Path]:
-    """Write ``rows`` to ``out_dir/name.csv`` and ``out_dir/name.json`` (rows + :func:`metadata` + extra)."""
+    """Write ``rows`` to ``out_dir/name.csv`` and ``out_dir/name.json`` (rows + :func:`metadata` + extra);
+    a ``ValueError`` before writing if ``out_dir`` is a committed results folder and the tree is dirty
+    (:func:`mdsd.outputs.check_results_destination`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / f"{name}.json", out / f"{name}.csv"
-    payload = strict_json({"metadata": metadata(config, seed, models, prompt_sets), **extra, "rows": rows})
+    meta = metadata(config, seed, models, prompt_sets, destination=out)
+    payload = strict_json({"metadata": meta, **extra, "rows": rows})
     json_path.write_text(json.dumps(payload, indent=2, allow_nan=False, default=float) + "\n")
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with csv_path.open("w", newline="") as handle:

@@ -18,9 +18,13 @@ grow/shrink draft length), or ``TREE/VERIFIER[/POLICY][+SOURCE]``:
   proposing ``retrieve`` = (WIDTH, DEPTH) chains beside the model's children.
 
 :class:`MethodsConfig` holds what these settings and a sweep need (the experiments' configs extend it);
-:func:`run_method` is one sweep task: one method at one temperature over every prompt, measured by
-:func:`mdsd.harness.comparison.compare` (forwards counted by one hook for every method, a 95% interval over
-prompts), with Sequoia's prediction from the verifier's exact acceptance vector beside each fixed tree.
+:func:`run_method` is one sweep task: one method at one temperature over a run of prompts (all of them,
+or ``prompts_per_task`` of them so that a long sweep checkpoints as it goes), ``batch_size`` at a time,
+measured by :func:`mdsd.harness.comparison.compare` (forwards counted by one hook for every method, a 95%
+bootstrap interval over prompts), with Sequoia's prediction from the verifier's exact acceptance vector
+beside each fixed tree. :func:`sweep_methods` runs the tasks and merges each method's runs of prompts into
+one row (:func:`merge_runs`), computed from the per-prompt counts, so a sweep in one task and the same sweep
+in many give the same row.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from mdsd.costs.predict import depth_seconds
 from mdsd.costs.profile import CostProfile
 from mdsd.data.corpus import real_pairs
 from mdsd.harness import experiment
-from mdsd.harness.comparison import HFAssisted, TreeMethod, compare
-from mdsd.harness.sweep import per_process, run_tasks
+from mdsd.harness.comparison import HFAssisted, TreeMethod, compare, summarise
+from mdsd.harness.sweep import finished_tasks, per_process, run_tasks
 from mdsd.token_tree import Tree
+from mdsd.tree.drafter import Drafter
 from mdsd.tree.spec import compile_option, parse_method, parse_tree
 from mdsd.verifiers.registry import path_rule, supports, verifier
 
@@ -49,6 +54,9 @@ __all__ = [
     "make_method",
     "real_prompts",
     "run_method",
+    "chunked",
+    "merge_runs",
+    "paired_rows",
     "sweep_methods",
     "plot_methods",
 ]
@@ -63,7 +71,18 @@ class MethodsConfig:
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
     dtype: str = field(default="float32", metadata={"help": "model dtype (bfloat16 on a GPU)"})
     datasets: tuple[str, ...] = field(default=("mt-bench", "humaneval"), metadata={"help": "prompt sets"})
-    prompts_per_set: int = field(default=1, metadata={"help": "first n prompts of each set"})
+    prompts_per_set: int = field(default=1, metadata={"help": "first n prompts of each set (0: all)"})
+    batch_size: int = field(default=1, metadata={"help": "prompts an mdsd method decodes together"})
+    prompts_per_task: int = field(
+        default=0, metadata={"help": "prompts per checkpointed task (0: all; a multiple of --batch-size)"}
+    )
+    partial: bool = field(
+        default=False,
+        metadata={
+            "help": "write what an interrupted run's checkpoint holds (the prompts every task finished)",
+            "run": True,
+        },
+    )
     max_prompt_tokens: int = field(default=128, metadata={"help": "templated prompt length cap"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens generated per prompt"})
     temperatures: tuple[float, ...] = field(default=(0.6,), metadata={"help": "temperatures T"})
@@ -90,6 +109,15 @@ class MethodsConfig:
     resume: bool = experiment.resume_field()
 
     def __post_init__(self) -> None:
+        if self.prompts_per_set < 0:
+            raise ValueError(f"--prompts-per-set must be >= 0 (0: all), got {self.prompts_per_set}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.prompts_per_task < 0 or self.prompts_per_task % self.batch_size:
+            raise ValueError(
+                f"--prompts-per-task must be 0 or a multiple of --batch-size {self.batch_size}, "
+                f"got {self.prompts_per_task}"
+            )
         for spec in self.methods:  # before a prompt is read or a model loaded, not in the sweep's tasks
             try:
                 check_method(spec)
@@ -215,42 +243,146 @@ def run_method(
     task: dict, todo: list[list[int]], models: tuple[str, str] | None, config: MethodsConfig
 ) -> dict:
     """A sweep task (:func:`mdsd.harness.sweep.run_tasks`): method ``task["method"]`` at
-    ``task["temperature"]`` over the prompts ``todo`` (token lists), on the pair in ``models`` (or the quick
-    tiny pair); the row of :func:`mdsd.harness.comparison.compare` with the spec, Sequoia's prediction, the
-    share of accepted tokens a source proposed, the share of steps that drafted with the model (below 1 under
-    an adaptive depth policy that may draft depth 0), the drafting steps that read the draft's whole buffer
-    (the fast path after chains-only steps) and the per-prompt counts."""
+    ``task["temperature"]`` over the prompts ``todo[start:stop]`` (``task["prompts"] = [start, stop]``; all of
+    ``todo`` without it; prompt i decoded with seed ``config.seed + i``, ``config.batch_size`` at a time), on
+    the pair in ``models`` (or the quick tiny pair). Its row (:func:`merge_runs` of its one run): the
+    measures of :func:`mdsd.harness.comparison.compare`, the spec, Sequoia's prediction, and the per-prompt
+    counts they are computed from."""
     torch.set_num_threads(config.threads)
     target, draft = _load(config, models)
     t = task["temperature"]
+    start, stop = task.get("prompts", (0, len(todo)))
     method, predicted = make_method(task["method"], t, config)
-    if getattr(draft, "reads_features", False):
-        predicted = None  # the bundled corpus's acceptance vectors are the 0.5B draft's, not a head's
-    result = compare([method], todo, target, draft, config.max_new_tokens, t, seed=config.seed)
-    row = result.records()[0]
-    outputs = [run.output for run in result.runs]
-    accepted = sum(sum(getattr(o, "accepted_per_step", [])) for o in outputs)
-    retrieved = sum(sum(getattr(o, "retrieved_per_step", [])) for o in outputs)
-    depths = [d for o in outputs for d in getattr(o, "depth_per_step", [])]
-    return row | {
-        "method": task["method"],
-        "temperature": t,
-        "predicted_tokens_per_step": predicted,
-        "retrieved_share": retrieved / accepted if "+" in task["method"] and accepted else None,
-        "model_step_share": (
-            float(np.mean(np.array(depths) > 0)) if depths and getattr(method, "tree", None) else None
-        ),
-        "draft_buffer_reads": sum(getattr(o, "draft_buffer_reads", 0) for o in outputs),
-        "per_prompt": [
+    if isinstance(draft, Drafter):
+        predicted = None  # the bundled corpus's acceptance vectors are the 0.5B draft's, not a trained one's
+    result = compare(
+        [method],
+        todo[start:stop],
+        target,
+        draft,
+        config.max_new_tokens,
+        t,
+        seed=config.seed + start,
+        batch_size=config.batch_size,
+    )
+    per_prompt = []
+    for r in result.runs:
+        o = r.output
+        depths = np.asarray(getattr(o, "depth_per_step", []) if getattr(method, "tree", None) else [])
+        per_prompt.append(
             {
+                "prompt": start + r.prompt,
+                "seed": r.seed,
+                # a batch by its first prompt's index (HF's methods: one prompt a batch)
+                "batch": start + r.batch * config.batch_size
+                if isinstance(method, TreeMethod)
+                else start + r.prompt,
                 "tokens": r.tokens,
+                "steps": r.steps,
                 "target_forwards": r.target_forwards,
                 "draft_forwards": r.draft_forwards,
                 "seconds": r.seconds,
+                "stopped_by_eos": bool(o.stopped_by_eos),
+                "accepted": int(sum(getattr(o, "accepted_per_step", []))),
+                "retrieved": int(sum(getattr(o, "retrieved_per_step", []))),
+                "drafted_steps": int(depths.size),
+                "model_steps": int((depths > 0).sum()),
+                "draft_buffer_reads": int(getattr(o, "draft_buffer_reads", 0)),
             }
-            for r in result.runs
-        ],
-    }
+        )
+    fields = {k: v for k, v in task.items() if k != "prompts"}
+    return merge_runs([fields | {"predicted_tokens_per_step": predicted, "per_prompt": per_prompt}])[0]
+
+
+def chunked(tasks: list[dict], sizes: list[int], config: MethodsConfig) -> list[dict]:
+    """Each task split into runs of at most ``config.prompts_per_task`` prompts (``"prompts": [start,
+    stop]``) that never straddle two prompt sets (``sizes``: each set's prompts, in order), so that a
+    checkpointed sweep keeps every finished run; ordered by rounds, each round one run of every set for every
+    task, so that what a sweep has finished when it is stopped is a paired sample of every method, balanced
+    across the sets. The tasks as given where ``prompts_per_task`` is 0.
+
+    >>> config = MethodsConfig(prompts_per_task=2)
+    >>> [t["prompts"] for t in chunked([{"method": "m"}], [3, 2], config)]
+    [[0, 2], [3, 5], [2, 3]]
+    """
+    size = config.prompts_per_task
+    if not size:
+        return list(tasks)
+    starts = np.cumsum([0, *sizes])
+    runs = [  # per set, its runs of prompts
+        [[a, min(a + size, int(stop))] for a in range(int(start), int(stop), size)]
+        for start, stop in zip(starts[:-1], starts[1:], strict=True)
+    ]
+    rounds = max((len(r) for r in runs), default=0)
+    return [
+        task | {"prompts": mine[k]} for k in range(rounds) for mine in runs if k < len(mine) for task in tasks
+    ]
+
+
+def merge_runs(rows: list[dict]) -> list[dict]:
+    """One row per method: the rows of its runs of prompts (same fields but ``per_prompt``, in order of
+    first appearance) joined, and every measure computed again from the joined per-prompt counts
+    (:func:`mdsd.harness.comparison.summarise`): tokens per target forward with its bootstrap interval, tokens
+    per step, tokens/s over batches, the share of accepted tokens a source proposed (``+SOURCE`` methods),
+    the share of steps that drafted with the model, the drafting steps that read the draft's whole buffer."""
+    groups: dict[str, dict] = {}
+    for row in rows:
+        fields = {k: v for k, v in row.items() if k not in _MEASURES}
+        key = repr(sorted(fields.items()))
+        groups.setdefault(key, fields | {"per_prompt": []})["per_prompt"] += row["per_prompt"]
+    merged = []
+    for group in groups.values():
+        runs = sorted(group["per_prompt"], key=lambda r: r["prompt"])
+        column = {name: [r[name] for r in runs] for name in runs[0]}
+        if len(set(column["prompt"])) != len(runs):
+            raise ValueError(f"method {group['method']!r}: a prompt was run twice in its runs")
+        measures = summarise(
+            column["tokens"],
+            column["steps"],
+            column["target_forwards"],
+            column["draft_forwards"],
+            column["batch"],
+            column["seconds"],
+        )
+        accepted, drafted = sum(column["accepted"]), sum(column["drafted_steps"])
+        merged.append(
+            group
+            | measures
+            | {
+                "ci95": list(measures["ci95"]) if measures["ci95"] else None,
+                "tokens_per_second_ci95": (
+                    list(measures["tokens_per_second_ci95"]) if measures["tokens_per_second_ci95"] else None
+                ),
+                "stopped_by_eos": sum(column["stopped_by_eos"]),
+                "retrieved_share": (
+                    sum(column["retrieved"]) / accepted if "+" in group["method"] and accepted else None
+                ),
+                "model_step_share": sum(column["model_steps"]) / drafted if drafted else None,
+                "draft_buffer_reads": sum(column["draft_buffer_reads"]),
+                "per_prompt": runs,
+            }
+        )
+    return merged
+
+
+_MEASURES = {  # a row's fields that merge_runs computes from per_prompt
+    "per_prompt",
+    "prompts",
+    "tokens",
+    "steps",
+    "target_forwards",
+    "draft_forwards",
+    "seconds",
+    "tokens_per_forward",
+    "ci95",
+    "tokens_per_step",
+    "tokens_per_second",
+    "tokens_per_second_ci95",
+    "stopped_by_eos",
+    "retrieved_share",
+    "model_step_share",
+    "draft_buffer_reads",
+}
 
 
 def pair_directories(config: MethodsConfig) -> tuple[str, str]:
@@ -266,10 +398,10 @@ def pair_directories(config: MethodsConfig) -> tuple[str, str]:
 
 def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list[list[int]]], dict]:
     """``(models, prompts, described)`` of a sweep on a real pair: the pair's directories
-    (:func:`pair_directories`), the first ``config.prompts_per_set``
+    (:func:`pair_directories`), the first ``config.prompts_per_set`` (0: all)
     chat-templated prompts of each set in ``config.datasets`` as token lists (at most
     ``config.max_prompt_tokens`` each), and the pair described for the results' metadata."""
-    from mdsd.data.prompts import prompts
+    from mdsd.data.prompts import load_texts, prompts
     from mdsd.hf.fetch import describe_model
     from mdsd.hf.load import load_tokenizer
 
@@ -278,7 +410,9 @@ def real_prompts(config: MethodsConfig) -> tuple[tuple[str, str], dict[str, list
     todo = {
         name: [
             list(p.input_ids)
-            for p in prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
+            for p in prompts(
+                name, config.prompts_per_set or len(load_texts(name)), tokenizer, config.max_prompt_tokens
+            )
         ]
         for name in config.datasets
     }
@@ -289,11 +423,33 @@ def sweep_methods(
     name: str, fn, tasks: list[dict], todo, pair: tuple[str, str] | None, config: MethodsConfig, **metadata
 ) -> tuple[Path, list[dict]]:
     """Run ``fn(task, todo, models=pair, config)`` for every task (:func:`mdsd.harness.sweep.run_tasks`: here,
-    or on Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run) and write
-    the rows to ``out/name.{json,csv}`` with ``metadata`` (:func:`mdsd.harness.experiment.write_results`).
-    Returns ``(out, rows)``, ``out`` being :func:`mdsd.harness.experiment.output_dir` of
-    ``config.output_dir``."""
+    or on Ray with ``config.ray``; checkpointed, so ``config.resume`` continues an interrupted run), join each
+    method's runs of prompts (:func:`merge_runs`) and write the rows to ``out/name.{json,csv}`` with
+    ``metadata`` (:func:`mdsd.harness.experiment.write_results`). With ``config.partial`` nothing is run: the
+    rows are those of the finished tasks in the checkpoint, cut to the prompts every method that has run
+    (at each temperature) finished (a paired sample), and the metadata says how much was done and which
+    methods have not run yet; the checkpoint stays for ``--resume``. Returns ``(out, rows)``, ``out`` being
+    :func:`mdsd.harness.experiment.output_dir` of ``config.output_dir``."""
     out = experiment.output_dir(name, config.output_dir)
+    if config.partial:
+        with experiment.partial_results(out, name, config, resume=True) as checkpoint:
+            done = finished_tasks(checkpoint, tasks) if checkpoint.exists() else {}
+            if not done:
+                raise ValueError(f"--partial: {checkpoint} holds no finished task of this config")
+            merged = merge_runs(list(done.values()))
+            rows, prompts = paired_rows(merged, len(merged))
+            started = {(r["temperature"], r["method"]) for r in merged}
+            missing = sorted({(t["temperature"], t["method"]) for t in tasks} - started)
+            partial = {
+                "tasks_finished": len(done),
+                "tasks": len(tasks),
+                "prompts": prompts,
+                "methods_not_started": [{"temperature": t, "method": m} for t, m in missing],
+            }
+            experiment.write_results(out, name, rows, config, config.seed, partial=partial, **metadata)
+            checkpoint_kept = checkpoint.read_bytes()
+        checkpoint.write_bytes(checkpoint_kept)  # partial_results deletes it on leaving; it is not finished
+        return out, rows
     with experiment.partial_results(out, name, config, config.resume) as checkpoint:
         rows = run_tasks(
             fn,
@@ -305,8 +461,19 @@ def sweep_methods(
             checkpoint=checkpoint,
             desc=name.replace("_", " "),
         )
+        rows = merge_runs(rows)
         experiment.write_results(out, name, rows, config, config.seed, **metadata)
     return out, rows
+
+
+def paired_rows(rows: list[dict], methods: int) -> tuple[list[dict], list[int]]:
+    """``rows`` (merged, one per method) cut to the prompts all ``methods`` of them finished, measures
+    recomputed (:func:`merge_runs`); and those prompts. Rows of methods with no such prompt are dropped."""
+    if len(rows) < methods:
+        return [], []
+    common = set.intersection(*({p["prompt"] for p in r["per_prompt"]} for r in rows))
+    cut = [r | {"per_prompt": [p for p in r["per_prompt"] if p["prompt"] in common]} for r in rows]
+    return (merge_runs(cut) if common else []), sorted(common)
 
 
 def plot_methods(rows: list[dict], path: Path) -> None:

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-__all__ = ["run_tasks", "SweepError", "TaskFailure", "per_process"]
+__all__ = ["run_tasks", "finished_tasks", "SweepError", "TaskFailure", "per_process"]
 
 INSTALL = 'Ray is an optional extra of mdsd: pip install -e ".[ray]" (or pip install "ray>=2.9")'
 
@@ -285,6 +285,12 @@ def per_process(fn: Callable, *args, **kwargs):
         _KEPT.clear()
         _KEPT[key] = fn(*args, **kwargs)
     return _KEPT[key]
+
+
+def finished_tasks(checkpoint: str | os.PathLike, tasks: list) -> dict[int, object]:
+    """{task index: result} of the ``tasks`` a checkpoint of :func:`run_tasks` holds (nothing is run): what
+    an interrupted sweep has finished so far, e.g. to write its partial results."""
+    return _read_checkpoint(Path(checkpoint), [_task_key(i, task) for i, task in enumerate(tasks)])
 
 
 def _task_key(i: int, task: object) -> str:

@@ -20,7 +20,7 @@ The contract is the :class:`Cache` protocol. Two caches of a causal LM implement
 the ``transformers`` dynamic cache of any causal LM (the eager reference path; the committed region of a
 row may hold dead slots), and :class:`mdsd.tree.static.StaticLM`, preallocated keys and values written at
 explicit slots (the fast path); a drafter that reads the target's features has its own
-(:class:`mdsd.drafters.head.HeadCache`). No module here imports ``transformers``.
+(:class:`mdsd.drafters.cache.LayerCache`). No module here imports ``transformers``.
 """
 
 from __future__ import annotations

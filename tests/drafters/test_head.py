@@ -8,7 +8,8 @@ from scipy.stats import chisquare
 from tiny_lms import tiny_lm
 
 import mdsd
-from mdsd.drafters.head import FILL, FeatureHead, HeadCache
+from mdsd.drafters.cache import LayerCache
+from mdsd.drafters.head import FILL, FeatureHead
 from mdsd.drafters.layer import DecoderLayer, LayerShape
 from mdsd.tree.draft import causal
 
@@ -78,7 +79,7 @@ def test_the_cache_gives_the_whole_sequences_forward_block_by_block(temperature)
     positions = torch.arange(9).expand(2, -1)
     with torch.no_grad():
         g, small = head(ids, features, positions)
-    cache = HeadCache(head, 2, 32, temperature)
+    cache = LayerCache(head, 2, 32, temperature)
     got_g, got_logits = [], []
     for lo, hi in ((0, 4), (4, 5), (5, 9)):
         cache.begin()
@@ -232,7 +233,7 @@ def test_mdsd_decode_takes_a_head_as_its_draft(tmp_path, capsys):
         out = capsys.readouterr().out
         assert out.split("\n")[1] == plain and "binary:2: 8 tokens from" in out
     assert main([*base, "--draft", str(tmp_path / "head"), "--compare"]) == 2
-    assert "needs a draft model: --draft is a head" in capsys.readouterr().err
+    assert "needs a draft model: --draft is an mdsd drafter" in capsys.readouterr().err
 
 
 def test_a_heads_cost_is_its_layer_input_map_and_output_rows():

@@ -49,10 +49,10 @@ s_l the top of y_l's window. Each curve x ↦ D_j + (T_j − x)^k crosses each l
 form a convex-hull-trick stack (:func:`pair_layout` builds all of it for one pair in one pass, on the
 host: :meth:`Verifier.simulate` uses it). At verify time only the k drafted tokens are needed, as device
 kernels with fixed shapes (:func:`window_tops`, :func:`draft_depths`): s_l is the root of the concave
-increasing min_j (C_l − C_j)(x), C_j the curves; from the crossing with j = l − 1, each of a fixed
-number of passes over all prefixes takes the curve whose one-step Newton estimate of its crossing lies
-furthest (a lower bound of that crossing, at least Newton's step on the minimum) and jumps to its exact
-crossing; then each draft's depth by one arg max. O(V) per draft and pass after the O(V log V) sort.
+increasing min_j (C_l − C_j)(x), C_j the curves, i.e. the largest crossing of the token's curve with an
+earlier one: every crossing at once by a fixed number of Newton steps over all prefixes (elementwise
+passes a compiler fuses), then one max; then each draft's depth by one arg max. O(V) per draft and
+Newton step after the O(V log V) sort.
 The selection law of these pieces is checked against F by exact integration over every draft tuple in
 the tests, and the kernels against the host reference (:mod:`mdsd.verifiers.reference`) token by token.
 
@@ -94,7 +94,6 @@ __all__ = [
     "pair_depths",
 ]
 
-JUMPS = 6  # window-top jumps per draft (Newton-selected; measured: at most 4 on adversarial and real pairs)
 # elements of one [queries, V + 1] float64 working array: 64 MiB on the CPU (cache-friendly slabs), 1 GiB on
 # an accelerator (few, large kernels)
 CHUNK = {"cpu": 1 << 23}
@@ -129,11 +128,11 @@ class IIDLayout:
 
 
 def _tail(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i >= j} x_i, summed from the end
-    return torch.cat([x.flip(-1).cumsum(-1).flip(-1), torch.zeros_like(x[:, :1])], dim=-1)
+    return torch.nn.functional.pad(x.flip(-1).cumsum(-1).flip(-1), (0, 1))
 
 
 def _prefix(x: torch.Tensor) -> torch.Tensor:  # [R, V] -> [R, V + 1]: Σ_{i < j} x_i
-    return torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(-1)], dim=-1)
+    return torch.nn.functional.pad(x.cumsum(-1), (1, 0))
 
 
 def _descending(ratio: torch.Tensor) -> torch.Tensor:
@@ -195,16 +194,23 @@ def iid_layout(p: torch.Tensor, q: torch.Tensor, k: int) -> IIDLayout:
     )
 
 
-def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a + b)^k − a^k and its derivative in a, k[(a + b)^{k−1} − a^{k−1}], for a, b ≥ 0 without
-    cancellation: b Σ_{m<k} (a + b)^m a^{k−1−m} (all terms positive)."""
-    if k == 1:
-        return b * 1.0, (k * b) * 0.0
+def _sums(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """s_{k−1} and s_{k−2} for s_n = Σ_{m<=n} (a + b)^m a^{n−m} (all terms positive), k >= 2; None stands
+    for s_0 = 1. Then (a + b)^k − a^k = b s_{k−1} and its derivative in a is k b s_{k−2}."""
     c = a + b
     s_prev, s, a_pow = None, c + a, a  # s_n = c s_{n−1} + a^n from s_0 = 1; s_prev ends as s_{k−2}
     for _ in range(k - 2):  # n = 2..k−1 (a kernel call fewer per term than from tensors of ones)
         a_pow = a_pow * a
         s_prev, s = s, c * s + a_pow
+    return s, s_prev
+
+
+def _rise(a: torch.Tensor, b: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a + b)^k − a^k and its derivative in a, k[(a + b)^{k−1} − a^{k−1}], for a, b ≥ 0 without
+    cancellation: b Σ_{m<k} (a + b)^m a^{k−1−m} (all terms positive, :func:`_sums`)."""
+    if k == 1:
+        return b * 1.0, (k * b) * 0.0
+    s, s_prev = _sums(a, b, k)
     return b * s, k * b if s_prev is None else k * b * s_prev
 
 
@@ -226,62 +232,19 @@ def _of_rows(t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return t[:1] if t.shape[0] == 1 else t[rows]
 
 
-def _powered(x: torch.Tensor, m: int) -> torch.Tensor:
-    """x^m for an integer m >= 1 in a new tensor (x untouched), by repeated squaring."""
-    if m <= 3:
-        return x.clone() if m == 1 else x * x if m == 2 else (x * x).mul_(x)
-    result, square, own = None, x, False
-    while True:
-        if m & 1:
-            result = square.clone() if result is None else result.mul_(square)
-        m >>= 1
-        if not m:
-            return result
-        square = square.mul_(square) if own else square * square
-        own = True
-
-
-class _Queries:
-    """Drafted tokens at sorted positions ``pos`` [N] of layout rows ``rows`` [N], with what every pass
-    over their prefixes j = 0..V needs: the rows' Q_j ([N or 1, V + 1], gathered once), D_j − D_l with −∞
-    for the prefixes j >= l that are not before the token (l = pos + 1), the token's Q_l and tail T_l."""
-
-    def __init__(self, lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> None:
-        self.k, self.rows, self.pos = lay.k, rows, pos
-        self.prefix_q = _of_rows(lay.prefix_q, rows)
-        self.end_q, self.end_f = lay.prefix_q[rows, pos + 1], lay.prefix_f[rows, pos + 1]
-        self.below = lay.tail_q[rows, pos + 1]
-        j = torch.arange(lay.prefix_q.shape[-1], device=pos.device)
-        self.later = j > pos.unsqueeze(-1)  # [N, V + 1]
-        rise = _of_rows(lay.prefix_f, rows) - self.end_f.unsqueeze(-1)  # D_j − D_l
-        self.rise = rise.masked_fill_(self.later, -math.inf)
-
-    def heights(self, a: torch.Tensor) -> torch.Tensor:
-        """T_j − x [N, V + 1] at x = T_l − a (a [N]): a + Q_l − Q_j, clamped at 0."""
-        return (a + self.end_q).unsqueeze(-1).sub(self.prefix_q).clamp_min_(0.0)
-
-    def curves(self, a: torch.Tensor) -> torch.Tensor:
-        """C_j(x) − C_l(x) = D_j − D_l + (T_j − x)^k − a^k for j < l, −∞ for j >= l ([N, V + 1]); plain
-        powers (absolute error ~1e-16), for arg max only."""
-        value = _power(self.heights(a), self.k).add_(self.rise)
-        return value.sub_(_power(a.clone(), self.k).unsqueeze(-1))
-
-    def root_bounds(self, a: torch.Tensor) -> torch.Tensor:
-        """How far beyond x = T_l − a every curve j < l crosses the token's, by one Newton step, times k:
-        C_l − C_j is concave increasing in x, so its tangent's root (C_j − C_l)(x) / (C_l − C_j)'(x) is
-        a lower bound of the crossing, with (C_l − C_j)'(x) = k[(T_j − x)^{k−1} − a^{k−1}] > 0. Positive
-        exactly where the curve lies above the token's; −∞ for j >= l. [N, V + 1]."""
-        base = self.heights(a)
-        power = _powered(base, self.k - 1) if self.k > 2 else base  # (T_j − x)^{k−1}
-        own = _power(a.clone(), self.k - 1)
-        above = torch.addcmul(self.rise, power, base).sub_((own * a).unsqueeze(-1))  # C_j − C_l
-        return above.div_(power.sub_(own.unsqueeze(-1))).masked_fill_(self.later, -math.inf)
-
-
-def _chunks(count: int, n: int, device: torch.device):
-    """Slices of queries whose [queries, n + 1] working arrays hold at most :data:`CHUNK` elements."""
+def _chunks(n: int, *queries: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+    """The queries ([N] each) in chunks whose [queries, n + 1] working arrays hold at most :data:`CHUNK`
+    elements; one chunk (the tensors themselves, no slicing) when they fit."""
+    count, device = queries[0].numel(), queries[0].device
     step = max(1, CHUNK.get(device.type, CHUNK_DEVICE) // (n + 1))
-    return [slice(start, start + step) for start in range(0, count, step)]
+    if count <= step:
+        return [queries]
+    return [tuple(t[start : start + step] for t in queries) for start in range(0, count, step)]
+
+
+def _joined(out: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks' results as one tensor (no copy for a single chunk)."""
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) -> torch.Tensor:
@@ -289,57 +252,73 @@ def _crossings(dq: torch.Tensor, df: torch.Tensor, below: torch.Tensor, k: int) 
     dq = Q_l − Q_j, df = D_l − D_j and the tail below = T_l: the x with (below − x + dq)^k −
     (below − x)^k = df. Newton on a = below − x from the upper bound (df / (k dq))^(1/(k−1)) − dq/2
     (Jensen: k dq (a + dq/2)^{k−1} <= the left side) decreases monotonically (the left side is convex
-    increasing in a), :func:`newton_steps` steps; −inf where dq = 0 in float64."""
+    increasing in a), :func:`newton_steps` steps; −inf where dq <= 0 in float64. Elementwise: one fused
+    pass under a compiler."""
+    tiny = torch.finfo(torch.float64).tiny
     mass = dq > 0
     dq = torch.where(mass, dq, 1.0)
-    a = ((df / (k * dq)).pow(1.0 / (k - 1)) - 0.5 * dq).clamp_min(0.0)
+    k_dq = k * dq
+    a = df / k_dq if k == 2 else (df / k_dq).pow(1.0 / (k - 1))
+    a = (a - 0.5 * dq).clamp_min(0.0)
+    slope = k_dq.clamp_min(tiny)  # k = 2: the slope 2 dq does not depend on a
     for _ in range(newton_steps(k)):
-        rise, slope = _rise(a, dq, k)
-        step = torch.where(rise > df, (rise - df) / slope.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
-        a = (a - step).clamp_min(0.0)
+        s, s_prev = _sums(a, dq, k)
+        rise = dq * s  # (a + dq)^k − a^k
+        if s_prev is not None:
+            slope = (k_dq * s_prev).clamp_min(tiny)  # k dq s_{k−2}: its derivative in a
+        a = torch.where(rise > df, (a - (rise - df) / slope).clamp_min(0.0), a)
     return torch.where(mass, torch.where(df <= dq.pow(k), below, below - a), -math.inf)
 
 
 def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
+    r"""s_l for the tokens at sorted positions ``pos`` [N] of rows ``rows`` [N]: [N] float64.
 
-    s_l is the largest crossing of token l's curve x ↦ D_l + (T_l − x)^k with an earlier one (x ↦ D_j +
-    (T_j − x)^k, j < l), clamped to [0, T_l], the root of the concave increasing min_j (C_l − C_j). Start
-    from a lower bound x (the crossing with j = l − 1, from q and F of the token itself, so a light
-    token keeps its relative precision); then :data:`JUMPS` times: take the curve whose one-step Newton
-    estimate of its crossing lies furthest beyond x (at least Newton's step on the minimum) and, if it
-    lies above the token's curve, jump to their exact crossing (Newton's method), a larger lower bound.
-    A fixed number of passes over [N, V + 1], no host synchronisation; on the tests' adversarial pairs
-    (V <= 2000, k <= 8) and full vocabularies the last moves are below 1e-12.
+    .. math:: s_l = \min\Bigl(\max\bigl(0, \max_{j < l} x_{lj}\bigr), T_l\Bigr), \qquad
+              D_l + (T_l - x_{lj})^k = D_j + (T_j - x_{lj})^k,
+
+    the largest crossing x_{lj} of token l's curve x ↦ D_l + (T_l − x)^k with an earlier one, clamped to
+    [0, T_l]: the root of the concave increasing min_j (C_l − C_j). All crossings at once, by
+    :func:`_crossings` over [N, V + 1] (dq = Q_l − Q_j, df = D_l − D_j; for j = l − 1 the token's own q
+    and F, so a light token keeps its relative precision; −∞ for j >= l, where dq <= 0), then one max:
+    a fixed number of elementwise passes, no host synchronisation, no loop over the data.
     """
     out = []
-    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1], pos.device):
-        at = _Queries(lay, rows[sl], pos[sl])
-        r, p = at.rows, at.pos
-        own = _crossings(lay.q_sorted[r, p], lay.f_sorted[r, p], at.below, lay.k)  # j = l − 1
-        x = torch.minimum(own.clamp_min(0.0), at.below)
-        for _ in range(JUMPS):
-            bound, j = at.root_bounds(at.below - x).max(-1)
-            cross = _crossings(at.end_q - lay.prefix_q[r, j], at.end_f - lay.prefix_f[r, j], at.below, lay.k)
-            x = torch.where((bound > 0) & (cross > x), torch.minimum(cross, at.below), x)
-        out.append(x)
-    return torch.cat(out) if out else torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+    for r, p in _chunks(lay.q_sorted.shape[-1], rows, pos):
+        end, at = p + 1, p.unsqueeze(-1)
+        below = lay.tail_q[r, end]
+        dq = lay.prefix_q[r, end].unsqueeze(-1) - _of_rows(lay.prefix_q, r)  # [N, V + 1]
+        df = lay.prefix_f[r, end].unsqueeze(-1) - _of_rows(lay.prefix_f, r)
+        dq.scatter_(-1, at, lay.q_sorted[r, p].unsqueeze(-1))  # j = l − 1: Q_l − Q_{l−1} = q_l
+        df.scatter_(-1, at, lay.f_sorted[r, p].unsqueeze(-1))
+        top = _crossings(dq, df, below.unsqueeze(-1), lay.k).amax(-1)
+        out.append(torch.minimum(top.clamp_min(0.0), below))
+    return _joined(out)
 
 
 def draft_depths(
     lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor, tops: torch.Tensor, u: torch.Tensor
 ) -> torch.Tensor:
-    """Depth o = t + Q_{j_l(t)} of drafts at sorted positions ``pos`` [N] with window tops ``tops`` [N]
-    and uniforms ``u`` [N]: t = s_l + u q(y_l), j_l(t) = arg max_{j<l} D_j + (T_j − t)^k, the last
-    maximiser (the layout is right-continuous in t)."""
+    r"""Depth o = t + Q_{j_l(t)} of drafts at sorted positions ``pos`` [N] with window tops ``tops`` [N]
+    and uniforms ``u`` [N]:
+
+    .. math:: t = s_l + u\, q(y_l), \qquad j_l(t) = \arg\max_{j < l} D_j - D_l + (T_j - t)^k - (T_l - t)^k,
+
+    the last maximiser (the layout is right-continuous in t); T_j − t = (T_l − t) + Q_l − Q_j, clamped at
+    0. Plain powers (absolute error ~1e-16): for arg max only. One pass of elementwise kernels over
+    [N, V + 1] and one arg max."""
     out = []
-    for sl in _chunks(pos.numel(), lay.q_sorted.shape[-1], pos.device):
-        at = _Queries(lay, rows[sl], pos[sl])
-        t = tops[sl] + u[sl] * lay.q_sorted[at.rows, at.pos]
-        curves = at.curves(at.below - t)
+    prefixes = torch.arange(lay.prefix_q.shape[-1], device=pos.device)
+    for r, p, top, v in _chunks(lay.q_sorted.shape[-1], rows, pos, tops, u):
+        end = p + 1
+        t = top + v * lay.q_sorted[r, p]
+        a = lay.tail_q[r, end] - t  # T_l − t
+        heights = (a + lay.prefix_q[r, end]).unsqueeze(-1).sub(_of_rows(lay.prefix_q, r)).clamp_min_(0.0)
+        rise = _of_rows(lay.prefix_f, r) - lay.prefix_f[r, end].unsqueeze(-1)  # D_j − D_l
+        curves = _power(heights, lay.k).add_(rise).sub_(_power(a, lay.k).unsqueeze(-1))
+        curves.masked_fill_(prefixes > p.unsqueeze(-1), -math.inf)  # j >= l: not before the token
         j = (curves.shape[-1] - 1) - curves.flip(-1).argmax(-1)  # the last maximiser
-        out.append(t + lay.prefix_q[at.rows, j])
-    return torch.cat(out) if out else torch.empty(pos.shape, dtype=torch.float64, device=pos.device)
+        out.append(t + lay.prefix_q[r, j])
+    return _joined(out)
 
 
 @dataclass(frozen=True)

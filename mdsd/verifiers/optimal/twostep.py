@@ -34,15 +34,16 @@ def two_step(p: torch.Tensor, law: torch.Tensor, selected: torch.Tensor, u: torc
     >>> two_step(p, f, torch.tensor([0, 0]), torch.tensor([0.25, 0.75], dtype=torch.float64)).tolist()
     [0, 1]
     """
+    p = p.double()
     z = selected.clamp_min(0).unsqueeze(-1)
-    pz, fz = take(p.double(), z)[..., 0], take(law, z)[..., 0]
+    pz, fz = take(p, z)[..., 0], take(law, z)[..., 0]
     a = torch.where(
         selected >= 0, torch.where(pz < fz, pz / fz.clamp_min(torch.finfo(torch.float64).tiny), 1.0), 0.0
     )
     accept = u < a
     fresh = ((u - a) / (1.0 - a).clamp_min(torch.finfo(torch.float64).tiny)).clamp(0.0, 1.0)
     residual = inverse_cdf(
-        (p.double() - law).clamp_min(0.0), torch.where(accept, 0.0, fresh).unsqueeze(-1), fallback=p.double()
+        (p - law).clamp_min(0.0), torch.where(accept, 0.0, fresh).unsqueeze(-1), fallback=p
     )[..., 0]
     return torch.where(accept, selected, residual)
 

@@ -27,10 +27,11 @@
 
 **On the device.** The i.i.d. rule and the fallback are kernels like every other verifier's: the layout of
 all rows at once (a stable sort of the ratios by integer keys, prefix sums, running minima, F), each
-draft's window top by a fixed number of jumps and its depth by one arg max, the least depth selected,
-the two-step accept/residual (:mod:`mdsd.verifiers.optimal.layout`); fixed shapes per (rows, V, k), no branch
-on the data, no host synchronisation, every random number from the call's :class:`Uniforms`. The flow
-and the Luce rule read values back (:meth:`OptimalVerifier.reads_back`): eager path only.
+draft's window top by Newton steps on all its crossings at once and one max, its depth by one arg max,
+the least depth selected, the two-step accept/residual (:mod:`mdsd.verifiers.optimal.layout`); fixed
+shapes per (rows, V, k), no branch on the data, no host synchronisation, every random number from the
+call's :class:`Uniforms`. The flow and the Luce rule read values back (:meth:`OptimalVerifier.reads_back`):
+eager path only.
 """
 
 from __future__ import annotations

@@ -1,0 +1,156 @@
+"""Headline figures of README.md and BENCHMARKS.md against the results files they are read from.
+
+Each test reads the figure from the document's text and recomputes it from its file, and the two must agree at
+the precision the document prints (``5.1`` matches 5.1497; ``5.2`` does not): a change of either, or a figure
+rounded twice, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BENCHMARKS = (ROOT / "BENCHMARKS.md").read_text()
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def _load(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def _quoted(text: str, pattern: str) -> tuple[str, ...]:
+    """The numbers ``pattern`` captures in ``text`` (its spaces match any run of white space, line breaks
+    included); exactly one match."""
+    regex = re.escape(pattern).replace(r"\ ", r"\s+").replace(re.escape("{}"), NUMBER)
+    found = re.findall(regex, text)
+    assert len(found) == 1, f"{pattern!r} found {len(found)} times"
+    return found[0] if isinstance(found[0], tuple) else (found[0],)
+
+
+def _agrees(printed: str, value: float) -> bool:
+    """``value`` rounded to ``printed``'s decimals is ``printed``."""
+    return f"{value:.{len(printed.partition('.')[2])}f}" == printed
+
+
+# results/gpu/speedups_h200-forwards.json: B = 1, the two models' captured forwards alone
+FORWARDS = [r for r in _load("results/gpu/speedups_h200-forwards.json")["rows"] if r["batch"] == 1]
+
+
+def _speedup(source: str, method: str, temperature: float = 0.6) -> float:
+    (row,) = [
+        r
+        for r in FORWARDS
+        if (r["source"], r["dataset"], r["method"], r["temperature"])
+        == (source, "humaneval", method, temperature)
+    ]
+    return row["speedup"]
+
+
+def _model_only(row: dict) -> bool:
+    """A tree drafted by the model alone: no draft source, not a source alone."""
+    return "+" not in row["method"] and not row["method"].startswith("none/")
+
+
+def test_in_short_the_predicted_speedups_on_the_forwards_are_the_files():
+    """BENCHMARKS.md's "In short" of the predictions on the H200's forwards. Regression: "5.2× on 4 × 64 at
+    T = 0" was 5.15 in the .md, 5.1497 in the file: rounded twice."""
+    samples = [  # 2 × 48, 4 × 64, 10 × 64 at T = 0.6; 4 × 64 at T = 0
+        ("draft_sources", 0.6),
+        ("source_first", 0.6),
+        ("source_first_humaneval", 0.6),
+        ("source_first_greedy", 0.0),
+    ]
+    lookup = _quoted(
+        BENCHMARKS,
+        "prompt lookup on HumanEval: {}× on 2 prompts × 48 tokens, {}× on 4 × 64 and {}× on 10 × 64 "
+        "(T = 0.6), {}× on 4 × 64 at T = 0;",
+    )
+    chain = _quoted(BENCHMARKS, "chain:4 + lookup: {}×, {}×, {}× and {}× on the same four samples;")
+    first = _quoted(BENCHMARKS, "(`SourceFirst`, see Draft sources): {}×, {}× and {}× on the last three;")
+    for printed, (source, t) in zip(lookup, samples, strict=True):
+        assert _agrees(printed, _speedup(source, "none/topk+lookup", t)), (source, printed)
+    for printed, (source, t) in zip(chain, samples, strict=True):
+        assert _agrees(printed, _speedup(source, "chain:4/single+lookup", t)), (source, printed)
+    for printed, (source, t) in zip(first, samples[1:], strict=True):
+        assert _agrees(printed, _speedup(source, "chain:4/single/first+lookup", t)), (source, printed)
+
+
+def test_the_readme_and_summary_speedups_on_the_forwards_are_the_files():
+    """The README's and BENCHMARKS.md's summary: prompt lookup 4.77× on HumanEval (2.94× on 10 prompts),
+    source first 2.18–2.41× (4 × 64 and 10 × 64)."""
+    for text in (README, BENCHMARKS):
+        low, high = _quoted(text, "source first {}–{}×;")
+        assert _agrees(low, _speedup("source_first", "chain:4/single/first+lookup"))
+        assert _agrees(high, _speedup("source_first_humaneval", "chain:4/single/first+lookup"))
+    (lookup,) = _quoted(README, "prompt lookup on HumanEval {}× autoregressive decoding")
+    (ten,) = _quoted(README, "({}× on 10 prompts)")
+    assert _agrees(lookup, _speedup("draft_sources", "none/topk+lookup"))
+    assert _agrees(ten, _speedup("source_first_humaneval", "none/topk+lookup"))
+
+
+def test_model_only_trees_are_quoted_at_their_best_row():
+    """Regression: "model-only trees: below 1×" while binary:3 RRSw on HumanEval is 1.04 in the file and
+    chain:4 1.00–1.01 on the source-first samples."""
+    model_only = [r for r in FORWARDS if _model_only(r)]
+    best = max(model_only, key=lambda r: r["speedup"])
+    assert (best["source"], best["dataset"], best["method"]) == (
+        "draft_sources",
+        "humaneval",
+        "binary:3/rrsw",
+    )
+    for text in (README, BENCHMARKS):
+        (printed,) = _quoted(text, "model-only trees at most {}× (binary:3 RRSw on HumanEval)")
+        assert _agrees(printed, best["speedup"])
+    printed, low, high = _quoted(
+        BENCHMARKS,
+        "model-only trees: at most {}× (binary:3 RRSw on HumanEval; chain:4 there {}–{}×), below 1× on "
+        "MT-Bench and the batch_efficiency prompts.",
+    )
+    chain = [
+        r["speedup"] for r in model_only if r["dataset"] == "humaneval" and r["method"] == "chain:4/single"
+    ]
+    assert _agrees(printed, best["speedup"]) and _agrees(low, min(chain)) and _agrees(high, max(chain))
+    elsewhere = [r for r in model_only if r["dataset"] == "mt-bench" or r["source"] == "batch_efficiency"]
+    assert elsewhere and all(r["speedup"] < 1 for r in elsewhere)
+
+
+def test_the_fitted_overheads_are_the_files():
+    """The per-kind overheads BENCHMARKS.md quotes are speedups_static.json's fits. Regression: the text said
+    the fit "charges a lookup step 1.70 ms" (one chain of 8) where the samples look up two chains of 8 (1.763
+    ms), and AR was charged nothing; each kind of step now has its own fit, AR included."""
+    overheads = _load("results/gpu/speedups_static.json")["overheads"]
+    for kind, words in (
+        ("model", "Model trees"),
+        ("source", "prompt lookup alone"),
+        ("autoregressive", None),
+    ):
+        o = overheads[kind]
+        if words is None:
+            (printed,) = _quoted(BENCHMARKS, "autoregressive steps: {} ms over two steps")
+            assert _agrees(printed, 1e3 * o["per_step"]) and o["per_row_node"] == 0
+            continue
+        ms, us = _quoted(BENCHMARKS, words + ": {} ms + {} µs · B · (F + M)")
+        assert _agrees(ms, 1e3 * o["per_step"]) and _agrees(us, 1e6 * o["per_row_node"])
+
+
+@pytest.mark.parametrize("model", ["target", "draft"])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_the_h200_forwards_table_is_the_sessions_file(model, batch):
+    """The forwards of the H200 session of 2026-11-28 (captured at t = 1 / 5 / 16, eager at t = 1), from
+    benchmarks/results/gpu_fast_h200_1128.json. Regression: the draft's eager forward was quoted 23.5 ms,
+    23.449 in the file."""
+    rows = _load("benchmarks/results/gpu_fast_h200_1128.json")["forwards"]
+    mine = {r["tokens"]: r for r in rows if (r["model"], r["B"]) == (model, batch) and "captured_ms" in r}
+    regex = (
+        rf"\| {model} \| {batch} \| (?:\*\*)?{NUMBER}(?:\*\*)? / {NUMBER} / {NUMBER}(?: ms)? \| {NUMBER} \|"
+    )
+    (found,) = re.findall(regex, BENCHMARKS)
+    *captured, eager = found
+    for printed, tokens in zip(captured, (1, 5, 16), strict=True):
+        assert _agrees(printed, mine[tokens]["captured_ms"]), (tokens, printed)
+    assert _agrees(eager, mine[1]["eager_ms"])
