@@ -36,7 +36,11 @@ total target; the bins' width trades acceptance (about width/8 of their target m
 alone at its level has F = F*), and the iterate of largest value is returned, the start included, so the
 steps never make the rule worse than its start. The solver stops once the acceptance that further steps
 can still buy, R = min(α*_wor − A, Σ_u (F*(u) − F_θ(u))+) (:func:`remaining`), is at most
-:data:`RTOL` · α*_wor, or when :data:`STALL` steps have not raised A.
+:data:`RTOL` · α*_wor, or when :data:`STALL` steps have not raised A. Σ min(F_θ, p) is only a lower
+bound on the acceptance (after a rejection the residual draw may land on another draft), so a solve that
+stalls short of its stop returns whichever of the best iterate, the start and the iterate closest to F*
+accepts most by the exact acceptance (:func:`luce_acceptance`): on a near one-hot q the start accepted
+α*_wor exactly while its bound was 0.16, and the best bound's iterate 5e-3 less.
 
 **Warm start.** ``init`` (log-weights [n], e.g. the previous node's) replaces the start log(F*/q):
 it helps where consecutive pairs are alike; on recorded decode positions the cold start is often within
