@@ -99,9 +99,7 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
             gen = np.random.default_rng(len(got))
             prompts = [gen.integers(1, 64, size=6).tolist() for _ in range(config.prompts_per_set)]
         else:
-            found = mdsd.data.prompts.prompts(
-                name, config.prompts_per_set, tokenizer, config.max_prompt_tokens
-            )
+            found = mdsd.data.prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
             prompts = [list(p.input_ids) for p in found]
         outs = []
         for lo in range(0, len(prompts), 8):
