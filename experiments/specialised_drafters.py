@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
                 if ratio is not None:
                     row[f"greedy_chain{d}_speedup"] = value / (1 + d * ratio)
             row |= {"gpu_ratio": ratio, "gpu_ratio_of": ratio_of}
-            if name in folders and (folders[name] / mdsd.drafters.stages.TRAINING).is_file():
+            small = isinstance(drafters[name], mdsd.drafters.SmallDrafter)
+            if small and name in folders and (folders[name] / mdsd.drafters.stages.TRAINING).is_file():
                 row |= trained_on(folders[name])
             rows.append(row)
     pairs = []
