@@ -666,6 +666,7 @@ def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_
 def test_specialised_drafters_quick(tmp_path, capsys):
     """Every drafter on every set; the greedy chains computed from agreement are the decoder's own tokens per
     target forward (the small drafter decoded here at T = 0 on the run's prompts and answers)."""
+    from mdsd.drafters.head import FeatureHead
     from mdsd.drafters.small import SmallDrafter
     from mdsd.hf.tiny import tiny_pair
 
@@ -677,13 +678,16 @@ def test_specialised_drafters_quick(tmp_path, capsys):
         record = {"stage": "finetune", "init": init, "source": {"config": {"sets": ["a-train"]}}}
         record["data"] = {"train_tokens": tokens}
         (tmp_path / name / "training.json").write_text(json.dumps(record))
-    folders = (str(tmp_path / "small"), str(tmp_path / "pf"))
+    FeatureHead.from_target(target, torch.arange(64)).save(tmp_path / "head")
+    (tmp_path / "head" / "training.json").write_text(json.dumps({"features": "x"}))  # a head's record
+    folders = (str(tmp_path / "small"), str(tmp_path / "pf"), str(tmp_path / "head"))
     flags = ("--drafters", *folders, "--sets", "a", "b", "--prompts-per-set", "3")
     payload = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens", "10")
     rows = payload["rows"]
     assert [(r["drafter"], r["set"]) for r in rows] == [
-        (d, s) for s in ("a", "b") for d in ("draft-0.5b", "small", "pf")
+        (d, s) for s in ("a", "b") for d in ("draft-0.5b", "small", "pf", "head")
     ]
+    assert "home" not in next(r for r in rows if r["drafter"] == "head")
     pf = next(r for r in rows if r["drafter"] == "pf")
     assert (pf["stage"], pf["init"], pf["train_tokens"], pf["home"]) == ("finetune", "pretrained", 300, "a")
     assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
