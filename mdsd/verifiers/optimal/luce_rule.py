@@ -186,7 +186,8 @@ def luce_rule(
     p, q [n] float64 distributions (q with at least k positive entries). The solver starts from ``init``
     (log-weights [n], e.g. the previous node's :attr:`LuceRule.log_weight`; only differences within a
     level matter, a non-finite entry takes the cold start there) or, by default, from log(F*/q), takes at
-    most ``iterations`` steps (0: the start), and returns the iterate of largest Σ min(F_θ, p). It stops
+    most ``iterations`` steps (0: the start), and returns the iterate of largest Σ min(F_θ, p) (after a
+    stall short of the stop: of largest exact acceptance among it, the start and the closest to F*). It stops
     once the acceptance that further steps can still buy is at most ``rtol`` · α*_wor
     (:func:`remaining`), or when :data:`STALL` steps have not raised it. ``step`` is the fine step of the
     final law (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`).
