@@ -111,16 +111,14 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
 
 def ratio_for(gpu: dict, drafter) -> tuple[float | None, str | None]:
     """The drafter's captured forward time over the target's, from ``gpu`` rows by kind and shape, and the
-    row it was read from. A small drafter's draft vocabulary M without a row of its own reads the row of
-    its width and depth with the next larger M (an upper bound: the cost grows with M, and barely)."""
+    row it was read from. A small drafter or feature head whose draft vocabulary M has no row of its own
+    reads the row of its shape with the next larger M (an upper bound: the cost grows with M, and barely)."""
     if isinstance(drafter, mdsd.drafters.SmallDrafter):
         c = drafter.small_config
-        shape = f"small:{c.layer.hidden_size}:{c.layers}:"
-        sizes = sorted(int(k.removeprefix(shape)) for k in gpu if k.startswith(shape))
-        name = shape + str(next((m for m in sizes if m >= c.draft_vocab), c.draft_vocab))
+        name = _covering(gpu, f"small:{c.layer.hidden_size}:{c.layers}:", c.draft_vocab)
     elif isinstance(drafter, mdsd.drafters.FeatureHead):
         c = drafter.head_config
-        name = f"head:{c.layer.intermediate_size}:{c.draft_vocab}"
+        name = _covering(gpu, f"head:{c.layer.intermediate_size}:", c.draft_vocab)
     else:
         name = "draft"
     row = gpu.get(name)
@@ -128,6 +126,12 @@ def ratio_for(gpu: dict, drafter) -> tuple[float | None, str | None]:
         return None, None
     ratio = row["measured_ratio"] if row.get("measured_ratio") is not None else row["predicted_ratio"]
     return ratio, name
+
+
+def _covering(gpu: dict, shape: str, draft_vocab: int) -> str:
+    """The row ``shape + M`` of ``gpu`` with the least M >= ``draft_vocab`` (M = ``draft_vocab`` if none)."""
+    sizes = sorted(int(k.removeprefix(shape)) for k in gpu if k.startswith(shape))
+    return shape + str(next((m for m in sizes if m >= draft_vocab), draft_vocab))
 
 
 def trained_on(folder: Path) -> dict:

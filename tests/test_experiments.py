@@ -712,9 +712,10 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     assert all(0 <= r["acceptance"] <= r["alpha_2"] <= r["alpha_4"] <= 1 for r in rows)
 
 
-def test_specialised_drafters_read_a_small_drafters_cost_by_its_shape():
-    """The captured cost of a small drafter comes from the row of its width and depth with the smallest draft
-    vocabulary that holds its own; none where no such row exists."""
+def test_specialised_drafters_read_a_drafters_cost_by_its_shape():
+    """The captured cost of a small drafter (a feature head) comes from the row of its width and depth (of
+    its MLP width) with the smallest draft vocabulary that holds its own; none where no such row exists."""
+    from mdsd.drafters.head import FeatureHead
     from mdsd.drafters.small import SmallDrafter
     from mdsd.hf.tiny import tiny_pair
 
@@ -728,3 +729,14 @@ def test_specialised_drafters_read_a_small_drafters_cost_by_its_shape():
     assert ratio_for(gpu, drafter) == (0.2, "small:16:2:64")
     assert ratio_for(gpu, draft) == (0.8, "draft")
     assert ratio_for({"small:16:2:32": gpu["small:16:2:32"]}, drafter) == (None, None)
+    head = FeatureHead.from_target(target, torch.arange(24))  # M = 24
+    width = head.head_config.layer.intermediate_size
+    gpu = {
+        f"head:{width}:{m}": {"measured_ratio": r, "predicted_ratio": 1.0}
+        for m, r in ((16, 0.05), (32, 0.06))
+    }
+    assert ratio_for(gpu, head) == (0.06, f"head:{width}:32")
+    assert ratio_for(gpu | {f"head:{width + 1}:24": {"measured_ratio": 0.5}}, head) == (
+        0.06,
+        f"head:{width}:32",
+    )
