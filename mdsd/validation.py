@@ -112,6 +112,19 @@ def check_k(k: object, name: str = "k", *, minimum: int = 1) -> int:
     return int(k)
 
 
+def check_positive_ints(values: dict[str, object]) -> None:
+    """Refuse the first of ``values`` (name → value) that is not a positive int (a bool is not one).
+
+    >>> check_positive_ints({"width": 2, "depth": 0})
+    Traceback (most recent call last):
+    ...
+    ValueError: depth must be a positive int, got 0
+    """
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 def check_acceptance_vector(acceptance: object, name: str = "acceptance") -> np.ndarray:
     """A per-position acceptance vector (Sequoia): finite entries in [0, 1] summing to at most 1.
 

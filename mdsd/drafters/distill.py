@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mdsd.outputs import ensure_output_dir, provenance
+from mdsd.validation import check_positive_ints
 
 __all__ = [
     "DistillConfig",
@@ -71,10 +72,12 @@ class DistillConfig:
                 raise ValueError(f"sets: {name!r} is not a training set; choose from {sorted(TRAINING_SETS)}")
         if not self.sets:
             raise ValueError("sets must name at least one training set")
-        for label in ("prompts", "max_prompt_tokens", "max_new_tokens", "shard_prompts"):
-            value = getattr(self, label)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints(
+            {
+                label: getattr(self, label)
+                for label in ("prompts", "max_prompt_tokens", "max_new_tokens", "shard_prompts")
+            }
+        )
         if not self.temperatures or any(not (0 <= t < float("inf")) for t in self.temperatures):
             raise ValueError(f"temperatures must be finite and >= 0, got {self.temperatures!r}")
 

@@ -27,24 +27,25 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from mdsd.drafters.cache import LayerCache
-from mdsd.drafters.layer import DecoderLayer, LayerShape
+from mdsd.drafters.layer import DecoderLayer, LayeredConfig, LayerShape
 
 __all__ = ["HeadConfig", "FeatureHead", "FILL"]
 
 FILL = -1e30  # the logit of a token outside the draft vocabulary: exp(FILL - max) is 0 in float32
-FORMAT = 1  # head.json's format
 
 
 @dataclass(frozen=True)
-class HeadConfig:
+class HeadConfig(LayeredConfig):
     """What a head is: its layer's shape, the target it reads, and its draft vocabulary's size."""
+
+    WHAT = "a head config"  # head.json is format LayeredConfig.FORMAT
 
     layer: LayerShape
     vocab_size: int  # the target's vocabulary V
@@ -52,19 +53,6 @@ class HeadConfig:
     target: str  # the target's name
     target_weights: str  # the target's weights sha256 (mdsd.hf.describe_model), or "" if unknown
     family: str  # the target's model_type
-
-    def to_json(self) -> dict:
-        return {"format": FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: dict, where: str) -> HeadConfig:
-        try:
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
-            fields = {k: v for k, v in data.items() if k != "format"}
-            return cls(**{**fields, "layer": LayerShape(**fields["layer"])})
-        except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"{where}: not a head config this mdsd reads ({err})") from None
 
 
 class FeatureHead(nn.Module):

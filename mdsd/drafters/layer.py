@@ -17,13 +17,13 @@ training sequence (causal) and a decoding step over a cache (:mod:`mdsd.drafters
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LayerShape", "RMSNorm", "DecoderLayer", "rotary"]
+__all__ = ["LayerShape", "LayeredConfig", "RMSNorm", "DecoderLayer", "rotary"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,27 @@ class LayerShape:
             qkv_bias=getattr(config, "model_type", "") == "qwen2"
             or bool(getattr(config, "attention_bias", False)),
         )
+
+
+class LayeredConfig:
+    """JSON for a drafter's config dataclass whose ``layer`` field is a :class:`LayerShape`: its fields and a
+    ``format`` number (``FORMAT``); reading anything else names the file (``where``) and what it is not."""
+
+    FORMAT = 1
+    WHAT = "a drafter's config"
+
+    def to_json(self) -> dict:
+        return {"format": self.FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict, where: str):
+        try:
+            if data.get("format") != cls.FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, not {cls.FORMAT}")
+            fields = {k: v for k, v in data.items() if k != "format"}
+            return cls(**{**fields, "layer": LayerShape(**fields["layer"])})
+        except (TypeError, KeyError, ValueError) as err:
+            raise ValueError(f"{where}: not {cls.WHAT} this mdsd reads ({err})") from None
 
 
 class RMSNorm(nn.Module):

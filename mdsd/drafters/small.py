@@ -33,7 +33,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -41,19 +41,21 @@ from torch import nn
 
 from mdsd.drafters.cache import LayerCache
 from mdsd.drafters.head import FILL, _check_vocab
-from mdsd.drafters.layer import DecoderLayer, LayerShape, RMSNorm, rotary
+from mdsd.drafters.layer import DecoderLayer, LayeredConfig, LayerShape, RMSNorm, rotary
+from mdsd.validation import check_positive_ints
 
 __all__ = ["SmallConfig", "SmallDrafter", "is_small", "tokenizer_digest", "CONFIG", "WEIGHTS"]
 
 CONFIG = "drafter.json"
 WEIGHTS = "drafter.safetensors"
-FORMAT = 1  # drafter.json's format
 
 
 @dataclass(frozen=True)
-class SmallConfig:
+class SmallConfig(LayeredConfig):
     """What a small drafter is: its layers' shape and count, its draft vocabulary's size, and the target
     (and tokenizer) whose embedding it reads."""
+
+    WHAT = "a small drafter's config"  # drafter.json is format LayeredConfig.FORMAT
 
     layer: LayerShape
     layers: int
@@ -64,19 +66,6 @@ class SmallConfig:
     target_weights: str  # the target's weights sha256 (mdsd.hf.describe_model), or "" if unknown
     tokenizer: str  # tokenizer_digest of the target's tokenizer, or "" if unknown
     family: str  # the target's model_type
-
-    def to_json(self) -> dict:
-        return {"format": FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: dict, where: str) -> SmallConfig:
-        try:
-            if data.get("format") != FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
-            fields = {k: v for k, v in data.items() if k != "format"}
-            return cls(**{**fields, "layer": LayerShape(**fields["layer"])})
-        except (TypeError, KeyError, ValueError) as err:
-            raise ValueError(f"{where}: not a small drafter's config this mdsd reads ({err})") from None
 
     def shape(self) -> dict:
         """Its architecture (what a finetuning run must match): width, layers, heads, MLP, |M|."""
@@ -156,9 +145,7 @@ class SmallDrafter(nn.Module):
         embed = target.get_input_embeddings().weight
         out_rows = target.get_output_embeddings().weight
         vocab = _check_vocab(vocab, out_rows.shape[0])
-        for name, value in (("hidden_size", hidden_size), ("heads", heads), ("kv_heads", kv_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints({"hidden_size": hidden_size, "heads": heads, "kv_heads": kv_heads})
         if hidden_size % heads or heads % kv_heads or (hidden_size // heads) % 2:
             raise ValueError(
                 f"hidden_size {hidden_size} must split into {heads} heads of even size, shared by {kv_heads} "

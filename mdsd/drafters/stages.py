@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from mdsd.drafters.small import SmallDrafter, read_config, tokenizer_digest
 from mdsd.drafters.train import _rate, save_checkpoint
 from mdsd.outputs import ensure_output_dir, provenance, strict_json
+from mdsd.validation import check_positive_ints
 
 __all__ = [
     "StageConfig",
@@ -88,23 +89,25 @@ class StageConfig:
     seed: int = field(default=0, metadata={"help": "seed of the split, the batches and a fresh drafter"})
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "layers",
-            "heads",
-            "kv_heads",
-            "intermediate_size",
-            "draft_vocab",
-            "steps",
-            "batch_tokens",
-            "row_tokens",
-            "eval_every",
-            "eval_tokens",
-            "checkpoint_every",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(
+            {
+                name: getattr(self, name)
+                for name in (
+                    "hidden_size",
+                    "layers",
+                    "heads",
+                    "kv_heads",
+                    "intermediate_size",
+                    "draft_vocab",
+                    "steps",
+                    "batch_tokens",
+                    "row_tokens",
+                    "eval_every",
+                    "eval_tokens",
+                    "checkpoint_every",
+                )
+            }
+        )
         if not 0 < self.held_out < 1:
             raise ValueError(f"held_out must lie in (0, 1), got {self.held_out}")
         if self.row_tokens < 2:

@@ -51,6 +51,7 @@ from mdsd.drafters.losses import (
     total_variation,
 )
 from mdsd.outputs import ensure_output_dir, provenance, strict_json
+from mdsd.validation import check_positive_ints
 
 __all__ = ["TrainConfig", "HeadData", "train", "position_loss", "save_checkpoint", "CHECKPOINT", "TRAINING"]
 
@@ -90,19 +91,21 @@ class TrainConfig:
             raise ValueError(
                 f"--law must be iid, or wor with --k 2 (closed form); got {self.law!r}, k = {self.k}"
             )
-        for name in (
-            "k",
-            "unroll",
-            "draft_vocab",
-            "steps",
-            "batch_tokens",
-            "chunk",
-            "eval_every",
-            "checkpoint_every",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value!r}")
+        check_positive_ints(
+            {
+                name: getattr(self, name)
+                for name in (
+                    "k",
+                    "unroll",
+                    "draft_vocab",
+                    "steps",
+                    "batch_tokens",
+                    "chunk",
+                    "eval_every",
+                    "checkpoint_every",
+                )
+            }
+        )
         if not 0 < self.held_out < 1:
             raise ValueError(f"--held-out must lie in (0, 1), got {self.held_out}")
 

@@ -38,6 +38,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from mdsd.validation import check_positive_ints
+
 __all__ = ["Continuation", "Source", "rank_continuations", "as_context", "check_request", "has_table"]
 
 PAD = -1  # marks "no token" in a [R, D] continuation matrix (the continuation ended earlier)
@@ -106,9 +108,7 @@ def has_table(source: object) -> bool:
 
 def check_request(width: int, depth: int) -> None:
     """Refuse a ``width`` or ``depth`` that is not a positive int."""
-    for label, value in (("width", width), ("depth", depth)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{label} must be a positive int, got {value!r}")
+    check_positive_ints({"width": width, "depth": depth})
 
 
 def _best(rows: list[list[int]], d: int, count: int) -> list[tuple[int, int]]:

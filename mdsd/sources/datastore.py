@@ -26,6 +26,7 @@ import numpy as np
 from mdsd.sources.base import PAD, Continuation, Source, as_context, check_request, rank_continuations
 from mdsd.sources.registry import register_source
 from mdsd.sources.suffix_array import suffix_array, suffix_range
+from mdsd.validation import check_positive_ints
 
 __all__ = ["Datastore", "SEPARATOR", "encode_text"]
 
@@ -110,13 +111,7 @@ class Datastore(Source):
     ):
         if tokens.ndim != 1 or sa.shape != tokens.shape:
             raise ValueError(f"tokens and sa must be 1-D of one length, got {tokens.shape}, {sa.shape}")
-        for label, value in (
-            ("max_ngram", max_ngram),
-            ("min_ngram", min_ngram),
-            ("max_samples", max_samples),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints({"max_ngram": max_ngram, "min_ngram": min_ngram, "max_samples": max_samples})
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram must be <= max_ngram, got {min_ngram} > {max_ngram}")
         if max_ngram >= sort_depth:

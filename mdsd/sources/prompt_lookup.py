@@ -13,6 +13,7 @@ import torch
 
 from mdsd.sources.base import PAD, Continuation, Source, as_context, check_request, rank_continuations
 from mdsd.sources.registry import register_source
+from mdsd.validation import check_positive_ints
 
 __all__ = ["PromptLookup"]
 
@@ -54,9 +55,7 @@ class PromptLookup(Source):
     key = "lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        for label, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        check_positive_ints({"max_ngram": max_ngram, "min_ngram": min_ngram})
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram must be <= max_ngram, got {min_ngram} > {max_ngram}")
         self.max_ngram = max_ngram
