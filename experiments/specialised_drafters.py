@@ -85,18 +85,18 @@ class Config:
 
 
 def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tuple[list[int], list[int]]]]:
-    """(prompt, greedy answer) token ids per set, generated once and kept in ``out/answers.json``."""
+    """(prompt, greedy answer) token ids per set, generated once and kept in ``out/answers.json``: a rerun
+    with the same prompt and answer lengths reuses every set the file holds and adds the others to it."""
     path = out / "answers.json"
-    key = {k: getattr(config, k) for k in ("sets", "prompts_per_set", "max_prompt_tokens", "max_new_tokens")}
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        if saved["key"] == {k: list(v) if isinstance(v, tuple) else v for k, v in key.items()}:
-            return {name: [tuple(x) for x in pairs] for name, pairs in saved["answers"].items()}
+    key = {k: getattr(config, k) for k in ("prompts_per_set", "max_prompt_tokens", "max_new_tokens")}
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    same = {k: v for k, v in saved.get("key", {}).items() if k != "sets"} == key  # "sets": older files' key
+    kept = saved["answers"] if same else {}
+    missing = [name for name in config.sets if name not in kept]
     decoder = mdsd.TreeDecoder(target, None, None, temperature=0.0)
-    got = {}
-    for name in tqdm(config.sets, desc="answers", unit="set"):
+    for name in tqdm(missing, desc="answers", unit="set"):
         if config.quick:
-            gen = np.random.default_rng(len(got))
+            gen = np.random.default_rng(config.sets.index(name))
             prompts = [gen.integers(1, 64, size=6).tolist() for _ in range(config.prompts_per_set)]
         else:
             found = mdsd.data.prompts(name, config.prompts_per_set, tokenizer, config.max_prompt_tokens)
@@ -104,9 +104,10 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
         outs = []
         for lo in range(0, len(prompts), 8):
             outs += decoder.generate_batch(prompts[lo : lo + 8], config.max_new_tokens)
-        got[name] = [(p, o.tokens.tolist()) for p, o in zip(prompts, outs, strict=True)]
-    path.write_text(json.dumps({"key": key, "answers": got}))
-    return got
+        kept[name] = [(p, o.tokens.tolist()) for p, o in zip(prompts, outs, strict=True)]
+    if missing:
+        path.write_text(json.dumps({"key": key, "answers": kept}))
+    return {name: [tuple(x) for x in kept[name]] for name in config.sets}
 
 
 def ratio_for(gpu: dict, drafter) -> tuple[float | None, str | None]:
