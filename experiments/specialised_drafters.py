@@ -29,8 +29,9 @@ greedy chain:k at B = 1 over autoregressive decoding, forwards only: tokens per 
 
 Writes ``specialised_drafters.json``/``.csv`` (one row per set and drafter; a trained small drafter's row
 says what it was trained on: :func:`trained_on`), ``positions.npz`` (every position's values),
-``specialised_drafters.png`` (the matrix) and, where finetuned drafters are read on their own task,
-``learning_curves.png`` (against their finetuning tokens, F and P→F: seed 004's Figure 4).
+``specialised_drafters.png`` (the matrix), ``summary.md`` (the matrix's tables, written from the rows:
+:func:`summary`) and, where finetuned drafters are read on their own task, ``learning_curves.png`` (against
+their finetuning tokens, F and P→F: seed 004's Figure 4).
 """
 
 from __future__ import annotations
@@ -259,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     write_results(out, "specialised_drafters", rows, config, config.seed, models=models, pairs=pairs,
                   interval_method=INTERVAL_METHOD)  # fmt: skip
     plot(rows, config.sets, names, out / "specialised_drafters.png")
+    (out / "summary.md").write_text(summary(rows, config.sets, names, models))
     if any(r.get("home") for r in rows):
         plot_learning_curves(rows, out / "learning_curves.png")
     for row in rows:
@@ -269,6 +271,60 @@ def main(argv: list[str] | None = None) -> None:
             + (f", chain:4 {row['greedy_chain4']:.3f}" if "greedy_chain4" in row else "")
         )
     print(f"results in {out}")
+
+
+def summary(rows: list[dict], sets, names, models: dict) -> str:
+    """The language matrix as Markdown tables, drafters (rows) against sets (columns), one table a measure,
+    each cell the mean over prompts' positions with its 95% interval; a finetuned drafter's own task in bold.
+    Every figure is read from ``rows``."""
+    cell = {(r["drafter"], r["set"]): r for r in rows}
+    ks = sorted(int(k.removeprefix("alpha_")) for k in rows[0] if k.startswith("alpha_") and "_ci" not in k)
+    measures = [
+        ("agree", "Greedy agreement with the target (T = 0)"),
+        ("acceptance", "Single-draft acceptance Σ min(p, q) at T = 1"),
+        *((f"alpha_{k}", f"α*_{k}, the optimum of {k} i.i.d. drafts at T = 1") for k in ks[-1:]),
+        ("greedy_chain1", "Tokens per target forward, greedy chain:1"),
+        ("greedy_chain4", "Tokens per target forward, greedy chain:4"),
+        ("greedy_chain1_speedup", "Predicted chain:1 speedup over autoregressive decoding (B = 1, forwards)"),
+    ]
+
+    def label(name: str) -> str:
+        r = cell[(name, sets[0])]
+        if r.get("stage") == "finetune":
+            kind = "P→F" if r.get("init") else "F"
+            return f"{name} ({kind} on {r.get('home')}, {r['train_tokens']:,} tokens)"
+        return f"{name} (pretrained only)" if r.get("stage") == "pretrain" else name
+
+    target = models.get("target")
+    lines = [
+        "# Specialised drafters: the language matrix",
+        "",
+        f"Target {target.get('name') if isinstance(target, dict) else target}; "
+        f"{cell[(names[0], sets[0])]['prompts']} prompts a set; means over answer positions with 95% "
+        f"{INTERVAL_METHOD}. Bold: a finetuned drafter on its own task. From specialised_drafters.json.",
+    ]
+    for key, title in measures:
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            "| drafter | " + " | ".join(sets) + " |",
+            "|---" * (len(sets) + 1) + "|",
+        ]
+        for name in names:
+            cells = []
+            for s in sets:
+                r = cell[(name, s)]
+                if r.get(key) is None:
+                    cells.append("—")
+                    continue
+                text = f"{r[key]:.3f}"
+                if f"{key}_ci95" in r:
+                    lo, hi = r[f"{key}_ci95"]
+                    text += f" [{lo:.3f}, {hi:.3f}]"
+                cells.append(f"**{text}**" if r.get("home") == s else text)
+            lines.append(f"| {label(name)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_learning_curves(rows: list[dict], path: Path) -> None:

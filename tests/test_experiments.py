@@ -691,6 +691,17 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     pf = next(r for r in rows if r["drafter"] == "pf")
     assert (pf["stage"], pf["init"], pf["train_tokens"], pf["home"]) == ("finetune", "pretrained", 300, "a")
     assert (tmp_path / "out" / "learning_curves.png").stat().st_size > 1000
+    table = (tmp_path / "out" / "summary.md").read_text()  # the matrix, read from the rows
+
+    def section(title: str) -> str:
+        return table.split(f"## {title}")[1].split("\n## ")[0]
+
+    def text(set_name: str) -> str:
+        r = next(r for r in rows if r["drafter"] == "pf" and r["set"] == set_name)
+        return f"{r['agree']:.3f} [{r['agree_ci95'][0]:.3f}, {r['agree_ci95'][1]:.3f}]"
+
+    assert f"| pf (P→F on a, 300 tokens) | **{text('a')}** | {text('b')} |" in section("Greedy agreement")
+    assert "| head | — | — |" in section("Tokens per target forward, greedy chain:4")
     shutil.copytree(tmp_path / "small", tmp_path / "again" / "small")
     three = run_script("specialised_drafters", tmp_path / "out", *flags, "--max-new-tokens=10", "--ks=3")
     for row, before in zip(three["rows"], rows, strict=True):  # the same answers, α*_3 between α*_2 and α*_4
