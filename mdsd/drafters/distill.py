@@ -256,7 +256,7 @@ def distill(
 
     out = ensure_output_dir(out, "--out")
     target_dir = Path(target_dir)
-    manifest = _manifest(config, target_dir, dtype)
+    manifest = json.loads(json.dumps(_manifest(config, target_dir, dtype)))  # as read back: lists, not tuples
     path = out / MANIFEST
     if path.is_file():
         old = json.loads(path.read_text())

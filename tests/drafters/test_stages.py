@@ -1,6 +1,7 @@
 """A small drafter's two stages end to end on a tiny target: self-distilled data, pretraining, finetuning
 (F and P→F), the learning curve's exactness, resuming to the same drafter, and the refusals."""
 
+import dataclasses
 import json
 import shutil
 
@@ -94,6 +95,22 @@ def test_finetuning_data_are_the_prompts_and_the_targets_answers(setup, tiny_set
     for bad in (-1, 5, True):
         with pytest.raises(ValueError, match="--shards must be an int in"):
             stages.finetune_data(folder, tokenizer, bad)
+
+
+def test_a_distilled_run_resumes_under_its_own_config_regression(setup, tiny_set, tmp_path):
+    """Bug: a rerun of `mdsd drafters distill` with the same flags was refused as "a run of another config"
+    (the manifest read back holds lists where the config holds tuples). A lost shard comes back the same."""
+    target_dir, folder = setup
+    again = shutil.copytree(folder, tmp_path / "again")
+    distill.shard_path(again, 2).unlink()
+    config = distill.DistillConfig(
+        sets=("tiny-train",), prompts=32, temperatures=(0.0, 1.0), max_new_tokens=10, shard_prompts=8
+    )
+    distill.distill(config, target_dir, again, progress=False)
+    redone, first = (distill.load_shard(distill.shard_path(f, 2)) for f in (again, folder))
+    assert [a.tolist() for a in redone.answers()] == [a.tolist() for a in first.answers()]
+    with pytest.raises(ValueError, match="holds a run of another config"):
+        distill.distill(dataclasses.replace(config, max_new_tokens=9), target_dir, again, progress=False)
 
 
 def test_packing_and_the_validation_are_exact(setup):
