@@ -14,7 +14,11 @@ Inputs, all in the repository:
   B = 1, t = 1 and 16); or, with ``--heads``, the captured forwards of its ``heads`` section at B = 1 (t = 1
   and 16): the target's, and as the draft a feature head of ``--head-shape`` (MLP width, draft vocabulary;
   random weights of the trained head's shapes) — for the methods a head drafted
-  (``results/drafters/decode-*``);
+  (``results/drafters/decode-*``); with ``--small`` besides, the draft is instead a small drafter of
+  ``mdsd drafters pretrain``/``finetune`` whose forwards are not measured: the heads section's target
+  forwards times the drafter's ratio to the target in ``--draft-costs`` (``benchmarks/bench_drafter_cost.py``:
+  measured where a GPU timed that shape, else predicted from kernels and bytes), at every number of new
+  tokens (at B = 1 both are bound by their kernels, not their arithmetic);
 * the overhead of a step outside its forwards on that GPU, fitted (non-negative least squares, as
   :func:`mdsd.measure_overhead`) to the decode steps ``benchmarks/gpu_fast.py`` measured: host time =
   o0 + o1 · B · (F + M), **per kind of step** (:data:`KINDS`: a model tree's, a draft source's alone, an
@@ -55,10 +59,14 @@ are left out.
     python experiments/gpu_speedups.py --heads benchmarks/results/gpu_fast_h200_1128_heads.json \
         --context 256 --batches 1 --results results/drafters/decode-kl-head/batch_efficiency.json \
         --label h200-head --output-dir results/drafters/decode-kl-head
+    python experiments/gpu_speedups.py --heads benchmarks/results/gpu_fast_h200_1128_heads.json \
+        --small small:512:4:16384 --context 256 --batches 1 --label h200-small \
+        --results <a small drafter's batch_efficiency.json> --output-dir <its folder>
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +107,14 @@ class Config:
     )
     head_shape: tuple[int, ...] = field(
         default=(4096, 16384), metadata={"help": "with --heads: the head's MLP width and draft vocabulary"}
+    )
+    small: str = field(
+        default="",
+        metadata={"help": "with --heads: the draft is this --draft-costs row's small drafter (small:H:L:M)"},
+    )
+    draft_costs: str = field(
+        default="benchmarks/results/drafter_cost.json",
+        metadata={"help": "bench_drafter_cost.py's result: the --small drafter's forward over the target's"},
     )
     overhead: str = field(default="", metadata={"help": "gpu_fast.json whose decode steps fit the overhead"})
     fused_ar: str = field(
@@ -239,6 +255,22 @@ def head_profiles(path: Path, shape: tuple[int, int]) -> tuple[mdsd.CostProfile,
     )
 
 
+def small_profile(target: mdsd.CostProfile, path: Path, name: str) -> mdsd.CostProfile:
+    """A small drafter's profile: ``target``'s forwards times the drafter's forward time over the target's,
+    from the row ``name`` of a ``benchmarks/bench_drafter_cost.py`` result (measured where it was, else
+    predicted)."""
+    rows = {r["model"]: r for r in json.loads(path.read_text())["rows"]}
+    if name not in rows or not name.startswith("small:"):
+        small = sorted(k for k in rows if k.startswith("small:"))
+        raise ValueError(f"--small {name!r} is not a small drafter's row of {path.name}: it has {small}")
+    row = rows[name]
+    measured = row.get("measured_ratio") is not None
+    ratio = row["measured_ratio"] if measured else row["predicted_ratio"]
+    model = {"name": f"{name} ({'measured' if measured else 'predicted'} at {ratio:.4f} of the target)"}
+    times = (np.asarray(target.times) * ratio).tolist()
+    return dataclasses.replace(target, model=model | {"ratio": ratio, "of": path.name}, times=times)
+
+
 def _profile(payload: dict, path: Path, rows: list[dict], column: str, who: str, backend=None):
     """The cost profile of one model's measured forwards (rows with B, tokens, context and ``column`` ms)."""
     env = payload["env"]
@@ -258,9 +290,14 @@ def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, 
         raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
     if config.forwards and config.heads:
         raise ValueError("give --forwards or --heads, not both")
+    if config.small and not config.heads:
+        raise ValueError("--small scales the target forwards of --heads: give --heads too")
     if config.forwards or config.heads:
         if config.forwards:
             target, draft = forward_profiles(ROOT / config.forwards, config.fused)
+        elif config.small:
+            target, _ = head_profiles(ROOT / config.heads, config.head_shape)
+            draft = small_profile(target, ROOT / config.draft_costs, config.small)
         else:
             target, draft = head_profiles(ROOT / config.heads, config.head_shape)
         if config.context not in target.contexts:
@@ -361,7 +398,10 @@ def summary(
         if config.forwards or config.heads
         else f"{config.profiles} ({star})"
     )
-    if config.heads:
+    if config.small:
+        where += f"; the draft is the small drafter {config.small}: the target's forwards times its ratio "
+        where += f"in {Path(config.draft_costs).name}"
+    elif config.heads:
         where += f"; the draft is a feature head of MLP width {config.head_shape[0]} and "
         where += f"{config.head_shape[1]:,} draft tokens"
     lines = [

@@ -3,6 +3,7 @@ the API's."""
 
 import contextlib
 import csv
+import dataclasses
 import gzip
 import io
 import json
@@ -661,6 +662,19 @@ def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_
         )
     with pytest.raises(ValueError, match="not both"):
         predictions(Config(heads="a", forwards="b"))
+    costs = {"rows": [{"model": "small:8:2:64", "measured_ratio": None, "predicted_ratio": 0.125}]}
+    (tmp_path / "costs.json").write_text(json.dumps(costs))
+    small = {"small": "small:8:2:64", "draft_costs": str(tmp_path / "costs.json")}
+    predicted, _, ratio, _ = predictions(dataclasses.replace(config, **small))  # --small: c = 0.125
+    assert ratio[1] == pytest.approx(0.125)
+    for r in predicted:
+        draft, F = step_forwards(plan_of(r["method"], r["temperature"], (1, 8)), static=True)
+        step = sum(0.125 * ms("target", n) for n in draft) + ms("target", F)
+        assert r["speedup"] == pytest.approx(r["tokens_per_forward"] * ms("target", 1) / step, rel=1e-9)
+    with pytest.raises(ValueError, match=r"--small 'small:8:2:32' is not .* it has \['small:8:2:64'\]"):
+        predictions(dataclasses.replace(config, **(small | {"small": "small:8:2:32"})))
+    with pytest.raises(ValueError, match="give --heads too"):
+        predictions(Config(small="small:8:2:64"))
 
 
 def test_specialised_drafters_quick(tmp_path, capsys):
