@@ -154,3 +154,29 @@ def test_the_h200_forwards_table_is_the_sessions_file(model, batch):
     for printed, tokens in zip(captured, (1, 5, 16), strict=True):
         assert _agrees(printed, mine[tokens]["captured_ms"]), (tokens, printed)
     assert _agrees(eager, mine[1]["eager_ms"])
+
+
+@pytest.mark.parametrize(
+    "title, key",
+    [
+        ("Greedy agreement with the target (T = 0)", "agree"),
+        ("Predicted speedup of greedy chain:1", "greedy_chain1_speedup"),
+    ],
+)
+def test_the_language_matrix_tables_are_the_file(title, key):
+    """results/specialised_drafters/README.md's matrix tables: every cell is its row's figure in
+    matrix/specialised_drafters.json at the printed precision, bold exactly on the drafter's own language."""
+    text = (ROOT / "results/specialised_drafters/README.md").read_text()
+    rows = _load("results/specialised_drafters/matrix/specialised_drafters.json")["rows"]
+    cell = {(r["drafter"], r["set"]): r for r in rows}
+    table = text.split(title)[1].split("\n\n")[1].splitlines()
+    sets = [s.strip() for s in table[0].strip("|").split("|")[1:]]
+    drafters = sorted({r["drafter"] for r in rows})
+    assert len(table) == 2 + len(drafters)
+    for line in table[2:]:
+        name, *cells = (c.strip() for c in line.strip("|").split("|"))
+        row_name = name.split("`")[1]
+        for s, printed in zip(sets, cells, strict=True):
+            r = cell[(row_name, s)]
+            assert printed.startswith("**") == (r.get("home") == s), (row_name, s)
+            assert _agrees(printed.strip("*"), r[key]), (row_name, s, printed, r[key])
