@@ -283,8 +283,7 @@ def summary(rows: list[dict], sets, names, models: dict) -> str:
         ("agree", "Greedy agreement with the target (T = 0)"),
         ("acceptance", "Single-draft acceptance Σ min(p, q) at T = 1"),
         *((f"alpha_{k}", f"α*_{k}, the optimum of {k} i.i.d. drafts at T = 1") for k in ks[-1:]),
-        ("greedy_chain1", "Tokens per target forward, greedy chain:1"),
-        ("greedy_chain4", "Tokens per target forward, greedy chain:4"),
+        *((f"greedy_chain{d}", f"Tokens per target forward, greedy chain:{d}") for d in DEPTHS),
         ("greedy_chain1_speedup", "Predicted chain:1 speedup over autoregressive decoding (B = 1, forwards)"),
     ]
 
