@@ -19,7 +19,8 @@ Each figure has a 95% bootstrap interval over prompts (positions of one answer a
 each set the drafters are compared pairwise on the same prompts (paired bootstrap). The table of drafters
 against sets is the language matrix of seed 004 (its Figure 5: a drafter finetuned on one language, read on
 the others). ``--gpu`` adds, for each drafter with a measured or predicted captured forward time ratio c to
-the target's (``benchmarks/results/drafter_cost.json`` or a gpu_fast heads file, by shape), the speedup of
+the target's (``benchmarks/results/drafter_cost.json`` or a gpu_fast heads file, by shape:
+:func:`mdsd.costs.cost_ratio`), the speedup of
 greedy chain:k at B = 1 over autoregressive decoding, forwards only: tokens per step / (1 + k·c).
 
     python experiments/specialised_drafters.py \\
@@ -28,10 +29,10 @@ greedy chain:k at B = 1 over autoregressive decoding, forwards only: tokens per 
         --output-dir results/specialised_drafters
 
 Writes ``specialised_drafters.json``/``.csv`` (one row per set and drafter; a trained small drafter's row
-says what it was trained on: :func:`trained_on`), ``positions.npz`` (every position's values),
-``specialised_drafters.png`` (the matrix), ``summary.md`` (the matrix's tables, written from the rows:
-:func:`summary`) and, where finetuned drafters are read on their own task, ``learning_curves.png`` (against
-their finetuning tokens, F and P→F: seed 004's Figure 4).
+says what it was trained on: :func:`mdsd.drafters.stages.trained_on`), ``positions.npz`` (every position's
+values), ``specialised_drafters.png`` (the matrix), ``summary.md`` (the matrix's tables, written from the
+rows: :func:`summary`) and, where finetuned drafters are read on their own task, ``learning_curves.png``
+(against their finetuning tokens, F and P→F: seed 004's Figure 4).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from tqdm import tqdm
 
 import mdsd
 import mdsd.drafters.stages
+from mdsd.costs.ratios import cost_ratio
 from mdsd.drafters.answers import greedy_chain, position_acceptance, teacher_forced_logits
 from mdsd.harness.comparison import INTERVAL_METHOD, paired_ratio, ratio_interval
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
@@ -109,47 +111,6 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
     if missing:
         path.write_text(json.dumps({"key": key, "answers": kept}))
     return {name: [tuple(x) for x in kept[name]] for name in config.sets}
-
-
-def ratio_for(gpu: dict, drafter) -> tuple[float | None, str | None]:
-    """The drafter's captured forward time over the target's, from ``gpu`` rows by kind and shape, and the
-    row it was read from. A small drafter or feature head whose draft vocabulary M has no row of its own
-    reads the row of its shape with the next larger M (an upper bound: the cost grows with M, and barely)."""
-    if isinstance(drafter, mdsd.drafters.SmallDrafter):
-        c = drafter.small_config
-        name = _covering(gpu, f"small:{c.layer.hidden_size}:{c.layers}:", c.draft_vocab)
-    elif isinstance(drafter, mdsd.drafters.FeatureHead):
-        c = drafter.head_config
-        name = _covering(gpu, f"head:{c.layer.intermediate_size}:", c.draft_vocab)
-    else:
-        name = "draft"
-    row = gpu.get(name)
-    if row is None:
-        return None, None
-    ratio = row["measured_ratio"] if row.get("measured_ratio") is not None else row["predicted_ratio"]
-    return ratio, name
-
-
-def _covering(gpu: dict, shape: str, draft_vocab: int) -> str:
-    """The row ``shape + M`` of ``gpu`` with the least M >= ``draft_vocab`` (M = ``draft_vocab`` if none)."""
-    sizes = sorted(int(k.removeprefix(shape)) for k in gpu if k.startswith(shape))
-    return shape + str(next((m for m in sizes if m >= draft_vocab), draft_vocab))
-
-
-def trained_on(folder: Path) -> dict:
-    """What a small drafter in ``folder`` was trained on, from its ``training.json``: ``stage``, ``init`` (the
-    pretrained drafter it started from, or None), ``train_tokens`` (the trained tokens of its data) and, for a
-    finetuned one, ``home``: the evaluation set of its training set (``translate-deu`` for
-    ``translate-deu-train``)."""
-    record = json.loads((folder / mdsd.drafters.stages.TRAINING).read_text())
-    sets = record["source"].get("config", {}).get("sets", [])
-    home = sets[0].removesuffix("-train") if record["stage"] == "finetune" and len(sets) == 1 else None
-    return {
-        "stage": record["stage"],
-        "init": Path(record["init"]).name if record["init"] else None,
-        "train_tokens": record["data"]["train_tokens"],
-        "home": home,
-    }
 
 
 def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
@@ -214,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                     chain = [1, *greedy_chain(hard[1:], d)] if name in heads else greedy_chain(hard, d)
                     per_prompt[name][d].append((len(answer), len(chain)))
         for name in names:
-            ratio, ratio_of = ratio_for(gpu, drafters[name])
+            ratio, ratio_of = cost_ratio(gpu, drafters[name])
             arrays = {k: np.concatenate(v) for k, v in values[name].items()}
             positions[f"{name}/{set_name}"] = arrays
             steps[(name, set_name)] = per_prompt[name]
@@ -241,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             row |= {"gpu_ratio": ratio, "gpu_ratio_of": ratio_of}
             small = isinstance(drafters[name], mdsd.drafters.SmallDrafter)
             if small and name in folders and (folders[name] / mdsd.drafters.stages.TRAINING).is_file():
-                row |= trained_on(folders[name])
+                row |= mdsd.drafters.stages.trained_on(folders[name])
             rows.append(row)
     pairs = []
     for set_name in config.sets:

@@ -597,3 +597,37 @@ def test_step_forwards_do_not_draft_retrieved_chains():
     mixed = with_retrieval(static_plan(Tree.kary([2, 2])), 2, 8)  # the model's tree, 2 chains of 8
     assert mdsd.costs.step_forwards(mixed) == ([2, 2], 7 + 16)
     assert mdsd.costs.step_forwards(with_retrieval(None, 1, 8)) == ([], 9)
+
+
+def test_a_drafters_cost_ratio_is_read_by_its_shape(tmp_path):
+    """The cost of a small drafter (a feature head) comes from the row of its width and depth (of its MLP
+    width) with the smallest draft vocabulary that holds its own, the measured ratio before the predicted
+    one; none where no such row exists; the same from the drafter, its config or its saved folder."""
+    from mdsd.costs import cost_ratio, drafter_config
+    from mdsd.drafters.head import FeatureHead
+    from mdsd.drafters.small import SmallDrafter
+    from mdsd.hf.tiny import tiny_pair
+
+    target, draft = tiny_pair(0)
+    drafter = SmallDrafter.fresh(target, torch.arange(40), 16, 2, 4, 2, 24, seed=1)  # M = 40
+    table = {
+        f"small:16:2:{m}": {"measured_ratio": None, "predicted_ratio": r}
+        for m, r in ((32, 0.1), (64, 0.2), (128, 0.3))
+    } | {"small:16:3:64": {"predicted_ratio": 0.9}, "draft": {"measured_ratio": 0.8, "predicted_ratio": 0.7}}
+    drafter.save(tmp_path / "small")
+    for form in (drafter, drafter.small_config, drafter_config(tmp_path / "small")):
+        assert cost_ratio(table, form) == (0.2, "small:16:2:64")
+    assert cost_ratio(table, draft) == (0.8, "draft")
+    assert drafter_config(tmp_path) is None and cost_ratio(table, None) == (0.8, "draft")
+    assert cost_ratio({"small:16:2:32": table["small:16:2:32"]}, drafter) == (None, None)
+    head = FeatureHead.from_target(target, torch.arange(24))  # M = 24
+    width = head.head_config.layer.intermediate_size
+    table = {
+        f"head:{width}:{m}": {"measured_ratio": r, "predicted_ratio": 1.0}
+        for m, r in ((16, 0.05), (32, 0.06))
+    }
+    head.save(tmp_path / "head")
+    for form in (head, drafter_config(tmp_path / "head")):
+        assert cost_ratio(table, form) == (0.06, f"head:{width}:32")
+    wider = table | {f"head:{width + 1}:24": {"measured_ratio": 0.5}}
+    assert cost_ratio(wider, head) == (0.06, f"head:{width}:32")

@@ -741,31 +741,94 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     assert all(0 <= r["acceptance"] <= r["alpha_2"] <= r["alpha_4"] <= 1 for r in rows)
 
 
-def test_specialised_drafters_read_a_drafters_cost_by_its_shape():
-    """The captured cost of a small drafter (a feature head) comes from the row of its width and depth (of
-    its MLP width) with the smallest draft vocabulary that holds its own; none where no such row exists."""
-    from mdsd.drafters.head import FeatureHead
-    from mdsd.drafters.small import SmallDrafter
-    from mdsd.hf.tiny import tiny_pair
-
-    ratio_for = runpy.run_path(str(EXPERIMENTS / "specialised_drafters.py"))["ratio_for"]
-    target, draft = tiny_pair(0)
-    drafter = SmallDrafter.fresh(target, torch.arange(40), 16, 2, 4, 2, 24, seed=1)  # M = 40
-    gpu = {
-        f"small:16:2:{m}": {"measured_ratio": None, "predicted_ratio": r}
-        for m, r in ((32, 0.1), (64, 0.2), (128, 0.3))
-    } | {"small:16:3:64": {"predicted_ratio": 0.9}, "draft": {"measured_ratio": 0.8, "predicted_ratio": 0.7}}
-    assert ratio_for(gpu, drafter) == (0.2, "small:16:2:64")
-    assert ratio_for(gpu, draft) == (0.8, "draft")
-    assert ratio_for({"small:16:2:32": gpu["small:16:2:32"]}, drafter) == (None, None)
-    head = FeatureHead.from_target(target, torch.arange(24))  # M = 24
-    width = head.head_config.layer.intermediate_size
-    gpu = {
-        f"head:{width}:{m}": {"measured_ratio": r, "predicted_ratio": 1.0}
-        for m, r in ((16, 0.05), (32, 0.06))
-    }
-    assert ratio_for(gpu, head) == (0.06, f"head:{width}:32")
-    assert ratio_for(gpu | {f"head:{width + 1}:24": {"measured_ratio": 0.5}}, head) == (
-        0.06,
-        f"head:{width}:32",
+def test_sampled_drafters_quick_pools_the_seeds_of_its_runs(tmp_path, capsys):
+    """Each (method, seed, set) is one batch_efficiency run; the pooled row is the ratio of the seeds' summed
+    counts, each seed's ratio its run's; a finished run is read back, not redone; one of another config is
+    refused."""
+    flags = ("--seeds", "0", "7", "--methods", "chain:2/single", "--sets", "a", "b", "--max-new-tokens", "6")
+    flags += ("--batch-size", "2", "--prompts-per-task", "2")
+    rows = run_script("sampled_drafters", tmp_path, *flags)["rows"]
+    assert [(r["set"], r["drafter"], r["seeds"]) for r in rows] == [(s, "draft-0.5b", [0, 7]) for s in "ab"]
+    for row in rows:
+        runs = [
+            json.loads(
+                (tmp_path / "runs" / row["set"] / "draft-0.5b" / f"chain2-single-s{s}" / name).read_text()
+            )
+            for s in (0, 7)
+            for name in ["batch_efficiency.json"]
+        ]
+        assert [r["metadata"]["config"]["seed"] for r in runs] == [0, 7]
+        counts = [r["rows"][0] for r in runs]
+        tokens = sum(c["tokens"] for c in counts)
+        assert row["tokens_per_forward"] == pytest.approx(tokens / sum(c["target_forwards"] for c in counts))
+        assert row["per_seed"] == {
+            str(s): c["tokens_per_forward"] for s, c in zip((0, 7), counts, strict=True)
+        }
+        assert row["tokens"] == tokens == 2 * 4 * 6 and row["draft_depth"] == 2 and not row["home"]
+    stamp = (tmp_path / "runs" / "a" / "draft-0.5b" / "chain2-single-s0" / "batch_efficiency.json").stat()
+    again = run_script("sampled_drafters", tmp_path, *flags)["rows"]
+    assert (
+        again == rows
+        and stamp
+        == (tmp_path / "runs" / "a" / "draft-0.5b" / "chain2-single-s0" / "batch_efficiency.json").stat()
     )
+    with pytest.raises(SystemExit):
+        run_script("sampled_drafters", tmp_path, *flags[:-6], "--max-new-tokens", "5", *flags[-4:])
+    assert "holds a run of another config (max_new_tokens: 6)" in capsys.readouterr().err
+
+
+def test_sampled_drafters_grid_and_pool(tmp_path):
+    """A drafter finetuned on one set decodes it only; pairs compare the seeds both drafters ran, prompt by
+    prompt; the predicted speedup divides by one plus the draft depth times the cost share."""
+    module = runpy.run_path(str(EXPERIMENTS / "sampled_drafters.py"))
+    config = module["Config"]
+    for name, sets in (("deu", ["translate-deu-train"]), ("p", ["chat-train", "code-train"])):
+        (tmp_path / name).mkdir()
+        record = {"stage": "finetune" if name == "deu" else "pretrain", "init": None}
+        record |= {"source": {"config": {"sets": sets}}, "data": {"train_tokens": 10}}
+        (tmp_path / name / "training.json").write_text(json.dumps(record))
+    folders = (str(tmp_path / "deu"), str(tmp_path / "p"))
+    runs = module["grid"](config(drafters=folders, sets=("translate-deu", "humaneval"), seeds=(0, 1)))
+    assert [(r["method"], r["seed"], r["set"], r["drafter"]) for r in runs[:5]] == [
+        ("chain:1/single", 0, "translate-deu", d) for d in ("draft-0.5b", "deu", "p")
+    ] + [("chain:1/single", 0, "humaneval", d) for d in ("draft-0.5b", "p")]
+    assert len(runs) == 2 * 2 * 5 and {r["home"] for r in runs if r["drafter"] == "deu"} == {"translate-deu"}
+    with pytest.raises(ValueError, match="finetuned for translate-deu, which is not in --sets"):
+        module["grid"](config(drafters=folders, sets=("humaneval",)))
+    with pytest.raises(ValueError, match="two drafters are named 'deu'"):
+        module["grid"](config(drafters=(*folders, folders[0])))
+
+    gen = np.random.default_rng(3)
+
+    def run(drafter, seed):
+        per_prompt = [
+            {"prompt": i, "tokens": int(gen.integers(1, 65)), "target_forwards": int(gen.integers(1, 30)),
+             "stopped_by_eos": bool(gen.integers(2))}
+            for i in range(6)
+        ]  # fmt: skip
+        return {
+            "set": "s",
+            "method": "chain:4/single",
+            "drafter": drafter,
+            "seed": seed,
+            "per_prompt": per_prompt,
+        }
+
+    runs = [run("a", 0), run("a", 1), run("b", 1), run("b", 2)]
+    rows, pairs = module["pool"](runs, {"a": 0.25, "b": None})
+    a, b = rows
+    t = np.array([[p["tokens"] for p in r["per_prompt"]] for r in runs], dtype=float)
+    f = np.array([[p["target_forwards"] for p in r["per_prompt"]] for r in runs], dtype=float)
+    assert a["tokens_per_forward"] == pytest.approx(t[:2].sum() / f[:2].sum())
+    assert a["ci95"] == mdsd.harness.comparison.ratio_interval(t[:2].sum(0), f[:2].sum(0))[1]
+    assert a["per_seed"] == {
+        "0": pytest.approx(t[0].sum() / f[0].sum()),
+        "1": pytest.approx(t[1].sum() / f[1].sum()),
+    }
+    assert a["speedup"] == pytest.approx(a["tokens_per_forward"] / 2) and b["speedup"] is None
+    assert a["eos"] == sum(p["stopped_by_eos"] for r in runs[:2] for p in r["per_prompt"])
+    (pair,) = pairs  # on seed 1, the one both ran
+    assert (pair["a"], pair["b"], pair["seeds"]) == ("a", "b", [1])
+    assert (pair["ratio"], pair["ci95"]) == mdsd.harness.comparison.paired_ratio(t[1], f[1], t[2], f[2])
+    with pytest.raises(ValueError, match="the seeds' runs hold different prompts"):
+        module["pool"]([runs[0], runs[1] | {"per_prompt": runs[1]["per_prompt"][:5]}], {})

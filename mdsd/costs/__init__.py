@@ -30,11 +30,13 @@ temperature.
 
 Modules: :mod:`~mdsd.costs.profile` (measured forward times), :mod:`~mdsd.costs.predict` (step times,
 tokens per second, speedups), :mod:`~mdsd.costs.runs` (timed decodes, their replay, the overhead fit),
-:mod:`~mdsd.costs.weights` (what a forward reads and computes per token, from the weights alone).
+:mod:`~mdsd.costs.weights` (what a forward reads and computes per token, from the weights alone),
+:mod:`~mdsd.costs.ratios` (a drafter's forward time over its target's, read by shape from a cost table).
 """
 
 from mdsd.costs.predict import Overhead, Prediction, depth_seconds, predict, step_forwards, step_seconds
 from mdsd.costs.profile import CostProfile, measure_profile
+from mdsd.costs.ratios import cost_ratio, drafter_config
 from mdsd.costs.runs import TimedDecode, measure_overhead, replay_seconds, time_decode
 from mdsd.costs.weights import ForwardCost, forward_cost
 
@@ -53,4 +55,6 @@ __all__ = [
     "time_decode",
     "replay_seconds",
     "measure_overhead",
+    "cost_ratio",
+    "drafter_config",
 ]

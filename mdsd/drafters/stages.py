@@ -55,6 +55,7 @@ __all__ = [
     "finetune_data",
     "train_stage",
     "training_sets",
+    "trained_on",
     "check_heldout",
     "STAGES",
 ]
@@ -540,6 +541,22 @@ def training_sets(folder: str | os.PathLike) -> tuple[str, ...]:
     if record.get("init"):
         sets += training_sets(record["init"])
     return tuple(dict.fromkeys(sets))
+
+
+def trained_on(folder: str | os.PathLike) -> dict:
+    """What a small drafter in ``folder`` was trained on, from its ``training.json``: ``stage``, ``init`` (the
+    name of the pretrained drafter it started from, or None), ``train_tokens`` (the trained tokens of its
+    data) and, for a drafter finetuned on one set, ``home``: that set's evaluation set (``translate-deu`` for
+    ``translate-deu-train``), else None."""
+    record = json.loads((Path(folder) / TRAINING).read_text())
+    sets = record["source"].get("config", {}).get("sets", [])
+    home = sets[0].removesuffix("-train") if record["stage"] == "finetune" and len(sets) == 1 else None
+    return {
+        "stage": record["stage"],
+        "init": Path(record["init"]).name if record["init"] else None,
+        "train_tokens": record["data"]["train_tokens"],
+        "home": home,
+    }
 
 
 def check_heldout(folder: str | os.PathLike, sets: tuple[str, ...], cache=None) -> None:
