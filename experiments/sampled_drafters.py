@@ -194,8 +194,8 @@ def pool(runs: list[dict], costs: dict[str, float | None], seed: int = 0) -> tup
     target_forwards, stopped_by_eos}]}): per (set, method, drafter), prompt i's tokens and forwards summed
     over its seeds, the ratio of sums over prompts with its bootstrap interval, each seed's ratio, and with
     the drafter's cost share c (``costs``; None: no prediction) the speedup tokens per forward / (1 + k·c),
-    k the method's draft depth; per pair of drafters on a set and method, the paired ratio over the prompts
-    of the seeds both ran."""
+    k the method's draft depth; per pair of drafters on a set and method, the paired ratio A ÷ B (A the one
+    that comes later in ``runs``) over the prompts of the seeds both ran."""
     groups: dict[tuple, dict[int, dict[int, dict]]] = {}
     for r in runs:
         per_seed = groups.setdefault((r["set"], r["method"], r["drafter"]), {})
@@ -232,11 +232,13 @@ def pool(runs: list[dict], costs: dict[str, float | None], seed: int = 0) -> tup
                 "speedup": None if c is None else value / (1 + depth * c),
             }
         )
-    pairs = []
-    for (set_name, method, a), (seeds_a, ta, fa) in sums.items():
-        for (set_b, method_b, b), (seeds_b, tb, fb) in sums.items():
-            if (set_b, method_b) != (set_name, method) or a >= b:
+    pairs, keys = [], list(sums)
+    for j, (set_name, method, a) in enumerate(keys):  # A after B in the runs' order: A ÷ B
+        seeds_a, ta, fa = sums[keys[j]]
+        for set_b, method_b, b in keys[:j]:
+            if (set_b, method_b) != (set_name, method):
                 continue
+            seeds_b, tb, fb = sums[(set_b, method_b, b)]
             shared = sorted(set(seeds_a) & set(seeds_b))
             if not shared:
                 continue
@@ -331,13 +333,7 @@ def summary(rows: list[dict], pairs: list[dict], config: Config, missing: int) -
     ]
     for method in dict.fromkeys(r["method"] for r in rows):
         at = {(r["set"], r["drafter"]): r for r in rows if r["method"] == method}
-        lines += [
-            "",
-            f"## {method}: tokens per target forward",
-            "",
-            "| drafter | " + " | ".join(sets) + " |",
-            "|---|" + "---|" * len(sets),
-        ]
+        lines += _header(f"{method}: tokens per target forward", ["drafter", *sets])
         for d in drafters:
             cells = []
             for s in sets:
@@ -355,13 +351,8 @@ def summary(rows: list[dict], pairs: list[dict], config: Config, missing: int) -
                 )
             lines.append(f"| {d} | " + " | ".join(cells) + " |")
         if any(r["speedup"] is not None for r in at.values()):
-            lines += [
-                "",
-                f"## {method}: predicted speedup over autoregressive decoding (B = 1)",
-                "",
-                "| drafter | c | " + " | ".join(sets) + " |",
-                "|---|---|" + "---|" * len(sets),
-            ]
+            title = f"{method}: predicted speedup over autoregressive decoding (B = 1)"
+            lines += _header(title, ["drafter", "c", *sets])
             for d in drafters:
                 found = [r for r in at.values() if r["drafter"] == d]
                 if not found or found[0]["gpu_ratio"] is None:
@@ -373,13 +364,8 @@ def summary(rows: list[dict], pairs: list[dict], config: Config, missing: int) -
                     cells.append(f"**{text}**" if r is not None and r["home"] else text)
                 lines.append(f"| {d} | {found[0]['gpu_ratio']:.3f} | " + " | ".join(cells) + " |")
     if pairs:
-        lines += [
-            "",
-            "## Paired ratios of tokens per target forward (A ÷ B, same prompts and seeds)",
-            "",
-            "| set | method | A | B | A ÷ B (95% CI) | separated |",
-            "|---|---|---|---|---|---|",
-        ]
+        title = "Paired ratios of tokens per target forward (A ÷ B, same prompts and seeds)"
+        lines += _header(title, ["set", "method", "A", "B", "A ÷ B (95% CI)", "separated"])
         for p in pairs:
             ci = p["ci95"]
             apart = "" if ci is None else ("yes" if ci[0] > 1 or ci[1] < 1 else "no")
@@ -388,6 +374,11 @@ def summary(rows: list[dict], pairs: list[dict], config: Config, missing: int) -
                 f"{apart} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _header(title: str, columns: list[str]) -> list[str]:
+    """A section's title and its table's header lines."""
+    return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def plot(rows: list[dict], path: Path) -> None:

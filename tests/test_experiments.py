@@ -828,7 +828,7 @@ def test_sampled_drafters_grid_and_pool(tmp_path):
     assert a["speedup"] == pytest.approx(a["tokens_per_forward"] / 2) and b["speedup"] is None
     assert a["eos"] == sum(p["stopped_by_eos"] for r in runs[:2] for p in r["per_prompt"])
     (pair,) = pairs  # on seed 1, the one both ran
-    assert (pair["a"], pair["b"], pair["seeds"]) == ("a", "b", [1])
-    assert (pair["ratio"], pair["ci95"]) == mdsd.harness.comparison.paired_ratio(t[1], f[1], t[2], f[2])
+    assert (pair["a"], pair["b"], pair["seeds"]) == ("b", "a", [1])  # the later drafter over the earlier
+    assert (pair["ratio"], pair["ci95"]) == mdsd.harness.comparison.paired_ratio(t[2], f[2], t[1], f[1])
     with pytest.raises(ValueError, match="the seeds' runs hold different prompts"):
         module["pool"]([runs[0], runs[1] | {"per_prompt": runs[1]["per_prompt"][:5]}], {})
