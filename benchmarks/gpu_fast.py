@@ -90,6 +90,14 @@ def save() -> None:
     (OUT / RESULT).write_text(json.dumps(RES, indent=1, default=str))
 
 
+def keep(section: str, rows: list[dict], row: dict, text: str | None = None) -> None:
+    """Append ``row`` to section ``section``'s ``rows``, save everything and log the row (or ``text``)."""
+    rows.append(row)
+    RES[section] = rows
+    save()
+    log(f"{section} {json.dumps(row, default=str)}" if text is None else text)
+
+
 @functools.cache
 def provenance() -> dict:
     """Where the results come from (:func:`mdsd.outputs.provenance`: the command, the commit, or on a device
@@ -306,10 +314,7 @@ def fused_forwards() -> list[dict]:
                 row["fused_ms"] = ms(fused, 30)
             except Exception as err:
                 row["error"] = repr(err)[:300]
-            rows.append(row)
-            RES["fused_forwards"] = rows
-            save()
-            log(f"fused forward {who} t={t}: {row}")
+            keep("fused_forwards", rows, row, f"fused forward {who} t={t}: {row}")
     return rows
 
 
@@ -355,15 +360,8 @@ def decode_rows(name: str, runs: list[tuple[str, str, int]]) -> list[dict]:
             row = bench_decode.measure_row(target, draft, spec, path, prompts[:B], cfg, forwards)
         except Exception as err:
             row["error"] = repr(err)[:300]
-        rows.append(row)
-        RES[name] = rows
-        save()
-        log(
-            f"decode {path} {spec} B={B}: "
-            + json.dumps(
-                {k: row.get(k) for k in ("tokens_per_second", "step_ms", "forwards_ms", "error")}, default=str
-            )
-        )
+        shown = {k: row.get(k) for k in ("tokens_per_second", "step_ms", "forwards_ms", "error")}
+        keep(name, rows, row, f"decode {path} {spec} B={B}: " + json.dumps(shown, default=str))
     return rows
 
 
@@ -657,10 +655,7 @@ def heads() -> list[dict]:
                 for kind in ("captured", "fused"):
                     if f"{kind}_ms" in row and f"{kind}_ms" in ref:
                         row[f"ratio_{kind}"] = row[f"{kind}_ms"] / ref[f"{kind}_ms"]
-                rows.append(row)
-                RES["heads"] = rows
-                save()
-                log(f"heads {json.dumps(row, default=str)}")
+                keep("heads", rows, row)
     return rows
 
 
@@ -719,10 +714,7 @@ def head_kernels() -> list[dict]:
             )
         except Exception as err:
             row["error"] = repr(err)[:300]
-        rows.append(row)
-        RES["head_kernels"] = rows
-        save()
-        log(f"head_kernels {json.dumps(row, default=str)[:600]}")
+        keep("head_kernels", rows, row, f"head_kernels {json.dumps(row, default=str)[:600]}")
     return rows
 
 
@@ -758,10 +750,7 @@ def drafter_rows(name: str, path: str, runs: list[tuple[str, str, int]]) -> list
             )
         except Exception as err:
             row["error"] = repr(err)[:300]
-        rows.append(row)
-        RES[name] = rows
-        save()
-        log(f"{name} {json.dumps(row, default=str)}")
+        keep(name, rows, row)
     return rows
 
 
@@ -810,10 +799,7 @@ def ar_hf() -> list[dict]:
             row.update(ar_rate(make(), B))
         except Exception as err:
             row["error"] = repr(err)[:300]
-        rows.append(row)
-        RES["ar_hf"] = rows
-        save()
-        log(f"ar_hf {json.dumps(row, default=str)}")
+        keep("ar_hf", rows, row)
     return rows
 
 
