@@ -113,8 +113,9 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
     return {name: [tuple(x) for x in kept[name]] for name in config.sets}
 
 
-def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
-    drafters = {"draft-0.5b": draft}
+def load_drafters(config: Config, target, target_dir: Path, draft) -> tuple[dict, dict[str, Path]]:
+    """({name: drafter}, {name: folder}): the 0.5B draft and the ``--drafters`` folders, named by folder."""
+    drafters, folders = {"draft-0.5b": draft}, {}
     digest = mdsd.hf.describe_model(target_dir)["weights_sha256"] if not config.quick else None
     tokenizer = (
         "" if config.quick else mdsd.drafters.small.tokenizer_digest(mdsd.hf.load_tokenizer(target_dir))
@@ -131,7 +132,8 @@ def load_drafters(config: Config, target, target_dir: Path, draft) -> dict:
             drafters[path.name] = mdsd.drafters.FeatureHead.load(path, target, digest)
         else:
             raise ValueError(f"--drafters: {folder} holds neither a small drafter nor a feature head")
-    return drafters
+        folders[path.name] = path
+    return drafters, folders
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,8 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     if config.gpu and not config.quick:
         gpu = {r["model"]: r for r in json.loads(Path(config.gpu).read_text())["rows"]}
     data = answers(config, target, tokenizer, out)
-    drafters = load_drafters(config, target, target_dir, draft)
-    folders = {Path(f).expanduser().name: Path(f).expanduser() for f in config.drafters}
+    drafters, folders = load_drafters(config, target, target_dir, draft)
     rows, positions, steps = [], {}, {}
     names = list(drafters)
     heads = {n for n in names if isinstance(drafters[n], mdsd.drafters.FeatureHead)}
