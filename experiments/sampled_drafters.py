@@ -43,7 +43,9 @@ import numpy as np
 from tqdm import tqdm
 
 from mdsd.costs import cost_ratio, drafter_config
-from mdsd.drafters.stages import TRAINING, trained_on
+from mdsd.data.prompts import PROMPT_SETS
+from mdsd.drafters.small import is_small
+from mdsd.drafters.stages import TRAINING, check_heldout, trained_on
 from mdsd.harness.comparison import INTERVAL_METHOD, interval, paired_ratio, ratio_interval
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
 from mdsd.tree.spec import parse_tree
@@ -104,9 +106,26 @@ def method_tag(method: str) -> str:
     return method.replace(":", "").replace("/", "-").replace(",", "_")
 
 
+def draft_depth(method: str) -> int:
+    """Draft forwards a step of ``method`` runs: its tree's depth (a dynamic tree's deepest)."""
+    tree = parse_tree(method.split("/")[0])
+    return int(tree.max_depth) if hasattr(tree, "max_depth") else int(tree.depth)
+
+
 def grid(config: Config) -> list[dict]:
     """The runs, in the order they are decoded: method, then seed, then set, then drafter (a drafter
     finetuned on one set: that set only)."""
+    if not config.quick:
+        unknown = [name for name in config.sets if name not in PROMPT_SETS]
+        if unknown:
+            raise ValueError(f"--sets: unknown prompt sets {unknown}; known: {sorted(PROMPT_SETS)}")
+    if not config.seeds or not config.methods:
+        raise ValueError("--seeds and --methods must each name at least one")
+    for method in config.methods:  # refused here, before any decoding
+        try:
+            draft_depth(method)
+        except ValueError as err:
+            raise ValueError(f"--methods: {method!r} drafts no tree with the drafter ({err})") from None
     homes = {}
     for folder in config.drafters:
         path = Path(folder).expanduser()
@@ -115,6 +134,8 @@ def grid(config: Config) -> list[dict]:
         home = trained_on(path)["home"] if (path / TRAINING).is_file() else None
         if home is not None and home not in config.sets:
             raise ValueError(f"--drafters: {folder} was finetuned for {home}, which is not in --sets")
+        if is_small(path) and not config.quick:  # a set it was trained on is not held out
+            check_heldout(path, config.sets if home is None else (home,))
         homes[path.name] = (str(path), home)
     if config.quick and homes:
         raise ValueError("--drafters: --quick decodes the tiny random pair only")
@@ -212,7 +233,7 @@ def pool(runs: list[dict], costs: dict[str, float | None], seed: int = 0) -> tup
         )
         sums[(set_name, method, drafter)] = (seeds, tokens, forwards)
         value, ci = ratio_interval(tokens.sum(0), forwards.sum(0), seed=seed)
-        depth = int(parse_tree(method.split("/")[0]).max_depth)
+        depth = draft_depth(method)
         c = costs.get(drafter)
         rows.append(
             {

@@ -797,6 +797,17 @@ def test_sampled_drafters_grid_and_pool(tmp_path):
         module["grid"](config(drafters=folders, sets=("humaneval",)))
     with pytest.raises(ValueError, match="two drafters are named 'deu'"):
         module["grid"](config(drafters=(*folders, folders[0])))
+    with pytest.raises(ValueError, match="--sets: unknown prompt sets"):
+        module["grid"](config(sets=("translate-xyz",)))
+    with pytest.raises(ValueError, match="--methods: 'none/topk.lookup' drafts no tree"):
+        module["grid"](config(methods=("none/topk+lookup",)))
+    assert [
+        module["draft_depth"](m) for m in ("chain:4/single", "binary:3/rrs", "dynamic:8,2,3,24/rrsw")
+    ] == [
+        4,
+        3,
+        8,
+    ]
 
     gen = np.random.default_rng(3)
 
