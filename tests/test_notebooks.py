@@ -32,8 +32,8 @@ def kernel_name(tmp_path_factory):
         yield KERNEL
 
 
-def test_there_are_four_notebooks():
-    assert len(NOTEBOOKS) == 4, NOTEBOOKS
+def test_there_are_five_notebooks():
+    assert len(NOTEBOOKS) == 5, NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
