@@ -16,6 +16,8 @@ spaced; after ``mdsd models fetch qwen2.5-coder``), ``--pairs FILE.npz`` (arrays
 
 Run:  python benchmarks/bench_luce.py [--ks 2,3,4] [--scales 3,6] [--threads 1]
       python benchmarks/bench_luce.py --record 2 --repeats 1 --name luce_real
+      # the rule's time per node alone (one solve each, no phases or trade-off), median and worst per k:
+      python benchmarks/bench_luce.py --record 8 --ks 2,3 --repeats 1 --no-warm-up --no-phases --caps ""
 Writes benchmarks/results/luce.json (+ .csv).
 """
 
@@ -46,15 +48,20 @@ class Config:
     pairs: str = field(default="", metadata={"help": "an .npz with p, q [N, V] to time instead of synthetic"})
     record: int = field(default=0, metadata={"help": "time N positions recorded from the cached real pair"})
     repeats: int = field(default=3, metadata={"help": "timed calls per verifier (median reported)"})
-    caps: str = field(default="0,1,2,4,8,40", metadata={"help": "solver step caps of the trade-off"})
+    caps: str = field(
+        default="0,1,2,4,8,40", metadata={"help": "solver step caps of the trade-off ('': none)"}
+    )
+    phases: bool = field(default=True, metadata={"help": "time the rule's phases on one more solve"})
+    warm_up: bool = field(default=True, metadata={"help": "one untimed call before the timed ones"})
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
     name: str = field(default="luce", metadata={"help": "results file name (benchmarks/results/NAME.json)"})
     out_dir: str = field(default="benchmarks/results", metadata={"help": "where NAME.json goes"})
 
 
-def median_time(call, repeats: int) -> float:
-    call()  # warm-up, untimed
+def median_time(call, repeats: int, warm_up: bool = True) -> float:
+    if warm_up:
+        call()  # untimed
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -122,7 +129,7 @@ def main() -> None:
     cfg = config_from_cli(Config)
     torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed)
-    caps = [int(c) for c in cfg.caps.split(",")]
+    caps = [int(c) for c in cfg.caps.split(",") if c]
     start, rows = time.perf_counter(), []
     for label, p, q in pairs(cfg, gen):
         for k in (int(k) for k in cfg.ks.split(",")):
@@ -134,7 +141,9 @@ def main() -> None:
             t_fallback = median_time(lambda v=fallback, a=a, b=b, d=d: v.verify(a, b, d, gen), cfg.repeats)
             # a new verifier per call, so that the rule is solved inside verify
             t_luce = median_time(
-                lambda k=k, a=a, b=b, d=d: OptimalVerifier(k, law="wor").verify(a, b, d, gen), cfg.repeats
+                lambda k=k, a=a, b=b, d=d: OptimalVerifier(k, law="wor").verify(a, b, d, gen),
+                cfg.repeats,
+                cfg.warm_up,
             )
             pn, qn = p.numpy(), q.numpy()
             row = {
@@ -144,7 +153,7 @@ def main() -> None:
                 "fallback_ms_per_node": 1e3 * t_fallback,
                 "luce_ms_per_node": 1e3 * t_luce,
                 "luce_over_rrs": t_luce / t_rrs,
-                **phases(pn, qn, k),
+                **(phases(pn, qn, k) if cfg.phases else {}),
                 "tradeoff": tradeoff(pn, qn, k, caps),
             }
             rows.append(row)
@@ -152,7 +161,14 @@ def main() -> None:
                 {key: round(val, 4) if isinstance(val, float) else val for key, val in row.items()},
                 flush=True,
             )
+    per_k = {
+        k: [r["luce_ms_per_node"] / 1e3 for r in rows if r["k"] == k]
+        for k in dict.fromkeys(r["k"] for r in rows)
+    }
     summary = {
+        "luce_s_per_node": {
+            str(k): {"pairs": len(v), "median": statistics.median(v), "max": max(v)} for k, v in per_k.items()
+        },
         "total_seconds": time.perf_counter() - start,
         "machine": f"{os.cpu_count()}-core CPU, {cfg.threads} torch thread(s), "
         f"load average {os.getloadavg()[0]:.1f}",
