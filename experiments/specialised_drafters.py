@@ -55,6 +55,7 @@ from mdsd.costs.ratios import cost_ratio
 from mdsd.drafters.answers import greedy_chain, position_acceptance, teacher_forced_logits
 from mdsd.harness.comparison import INTERVAL_METHOD, paired_ratio, ratio_interval
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
+from mdsd.outputs import provenance
 from mdsd.validation import cpu_dtype
 
 DEPTHS = (1, 4)  # greedy chains computed at T = 0
@@ -89,12 +90,14 @@ class Config:
 
 def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tuple[list[int], list[int]]]]:
     """(prompt, greedy answer) token ids per set, generated once and kept in ``out/answers.json``: a rerun
-    with the same prompt and answer lengths reuses every set the file holds and adds the others to it."""
+    with the same prompt and answer lengths reuses every set the file holds and adds the others to it, each
+    set with the :func:`mdsd.outputs.provenance` of the run that generated it (``provenance`` by set)."""
     path = out / "answers.json"
     key = {k: getattr(config, k) for k in ("prompts_per_set", "max_prompt_tokens", "max_new_tokens")}
     saved = json.loads(path.read_text()) if path.is_file() else {}
     same = {k: v for k, v in saved.get("key", {}).items() if k != "sets"} == key  # "sets": older files' key
     kept = saved["answers"] if same else {}
+    made = saved.get("provenance", {}) if same else {}
     missing = [name for name in config.sets if name not in kept]
     decoder = mdsd.TreeDecoder(target, None, None, temperature=0.0)
     for name in tqdm(missing, desc="answers", unit="set"):
@@ -108,8 +111,9 @@ def answers(config: Config, target, tokenizer, out: Path) -> dict[str, list[tupl
         for lo in range(0, len(prompts), 8):
             outs += decoder.generate_batch(prompts[lo : lo + 8], config.max_new_tokens)
         kept[name] = [(p, o.tokens.tolist()) for p, o in zip(prompts, outs, strict=True)]
+        made[name] = provenance(path.parent)
     if missing:
-        path.write_text(json.dumps({"key": key, "answers": kept}))
+        path.write_text(json.dumps({"key": key, "answers": kept, "provenance": made}))
     return {name: [tuple(x) for x in kept[name]] for name in config.sets}
 
 

@@ -724,10 +724,14 @@ def test_specialised_drafters_quick(tmp_path, capsys):
     with pytest.raises(SystemExit):  # answers.json is reused
         run_script("specialised_drafters", tmp_path / "out", *twins, "--max-new-tokens", "10")
     assert "--drafters: two drafters are named 'small'" in capsys.readouterr().err
-    answers = json.loads((tmp_path / "out" / "answers.json").read_text())["answers"]
+    saved = json.loads((tmp_path / "out" / "answers.json").read_text())
+    answers = saved["answers"]
+    assert list(saved["provenance"]) == ["a", "b"] and saved["provenance"]["a"]["git_revision"]
     more = ("--drafters", folders[0], "--sets", "b", "c", "--prompts-per-set", "3", "--max-new-tokens", "10")
     run_script("specialised_drafters", tmp_path / "out", *more)  # b's answers reused, c's added
-    grown = json.loads((tmp_path / "out" / "answers.json").read_text())["answers"]
+    grown = json.loads((tmp_path / "out" / "answers.json").read_text())
+    assert grown["provenance"]["b"] == saved["provenance"]["b"] and "c" in grown["provenance"]
+    grown = grown["answers"]
     assert list(grown) == ["a", "b", "c"] and grown["b"] == answers["b"] and grown["c"] != answers["a"]
     for depth in (1, 4):
         dec = mdsd.TreeDecoder(target, drafter, mdsd.Tree.chain(depth), "single", temperature=0.0)
