@@ -36,6 +36,19 @@ all tokens, ρ_y = a_y / b_y and (1 + ρ z + q ζ)^{−1} = Σ_m (−ρ z)^m (1 
 and (e^{qu} − 1)^r = r! Σ_n S(n, r) (qu)^n / n! (Stirling numbers of the second kind) turns F(y) into a
 power series in q_y with coefficients shared by the group: O(terms) per token after the nodes.
 
+**Two drafts in closed form.** For k = 2 the drafted set is a pair, drawn in either order: with T = Σ q and
+r_i = T − q_i (the mass left after drawing i, summed from the others),
+Q({y, z}) = (q_y q_z / T)(1/r_y + 1/r_z), and y is selected from {y, z} with share σ_yz = 1 when z lies
+below y's level, w_y/(w_y + w_z) when at it, 0 above. So
+
+.. math:: F(y) = \frac{q_y}{T}\Bigl[\frac{1}{r_y} \sum_{z \ne y} \sigma_{yz}\, q_z
+          + \sum_{z \ne y} \sigma_{yz}\, \frac{q_z}{r_z}\Bigr],
+
+sums over the levels below (suffix sums) and, within y's level, over its d distinct weights (d² shares,
+the tokens of one weight summed first): no quadrature, only float rounding. The residual hits take the
+same sums with the marks. A level with more than :data:`PAIR_WEIGHTS` distinct weights is integrated
+instead.
+
 **Quadrature and its error.** The trapezoid rule in s = log u (step h, :func:`default_step`) from
 u^{k+1} ~ 1e-17 to λ_k u = 50 (λ_k = q outside the k most likely tokens; the integrand decays like
 e^{−λ_k u}), and in σ = log t (step 1/4) from t = e^{−20} to t w_min = 50, the nodes below e^{−20}
@@ -66,6 +79,7 @@ __all__ = [
     "default_step",
     "light_tokens",
     "GROUP",
+    "PAIR_WEIGHTS",
 ]
 
 TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) below this
@@ -79,6 +93,7 @@ _TAIL = 50.0  # integrate until rate · time = 50 (e^-50 · 50^k / k! left out)
 _LIGHT = 0.5  # a token with q u <= this on the whole u-grid may be summed in a group
 _TERMS = 28  # series terms in q u: (k/2)^28 / 28! < 1e-20 for k <= 8
 _BLOCK = 1 << 16  # node × token entries per vectorised block (times 2k coefficients)
+PAIR_WEIGHTS = 4096  # most distinct weights in one level for k = 2's closed form (d² shares per level)
 _ROUNDING = 5e-14  # float64 rounding of the node values (exponents up to ~700) and sums, and the tails
 # Nilpotent monomials of a product's coefficients: 0 = 1, 1 = ζ (the k-th other arrival), 2 = η (a marked
 # arrival, for residual hits), 3 = ζη. _TIMES[m] lists (a, b, c) with monomial a × b = c, for m monomials.
@@ -594,6 +609,83 @@ class _Integrator:
             self.result[mine] = _series(cz, c0, pb.q[mine] / scale)
 
 
+# -- two drafts in closed form ------------------------------------------------------------------------------
+
+
+def _pair_terms(q: np.ndarray, level: np.ndarray, log_weight: np.ndarray):
+    """(support, q/T, 1/r, q/r, share sums) for k = 2's closed form (module docstring), or None where a level
+    holds more than :data:`PAIR_WEIGHTS` distinct weights. ``share sums`` maps a vector a [m] on the support
+    to Σ_{z ≠ y} σ_yz a_z for every support token y."""
+    support = np.flatnonzero(q > 0)
+    qs, lev, lw = q[support], level[support], log_weight[support]
+    total = qs.sum()
+    top = int(np.argmax(qs))
+    rest = total - qs  # every token but the likeliest holds at most half the mass: no cancellation
+    rest[top] = np.delete(qs, top).sum()
+    order = np.lexsort((lw, lev))  # by level, then weight
+    lev_s, lw_s = lev[order], lw[order]
+    new_level = np.r_[True, lev_s[1:] != lev_s[:-1]]
+    new_class = new_level | np.r_[True, lw_s[1:] != lw_s[:-1]]
+    level_id, class_id = np.cumsum(new_level) - 1, np.cumsum(new_class) - 1
+    class_level = level_id[new_class]
+    class_lw = lw_s[new_class]
+    counts = np.bincount(class_level)
+    if counts.max() > PAIR_WEIGHTS:
+        return None
+    multi = np.flatnonzero(counts > 1)
+    first = np.r_[0, np.cumsum(counts)[:-1]]  # each level's first class
+
+    # the likeliest token's share against each other token (1 below it, 0 above, by weight at its level)
+    with np.errstate(over="ignore"):
+        beside = 1.0 / (1.0 + np.exp(lw[top] - lw))
+    to_top = np.where(lev[top] > lev, 1.0, np.where(lev[top] < lev, 0.0, beside))
+    to_top[top] = 0.0
+
+    def share_sums(a: np.ndarray) -> np.ndarray:
+        # The likeliest token's terms are added apart: its q/r may be ~1/r_top, and its own sum must not
+        # come from subtracting it from its class (r_top can be ~1e-9: that cancellation would show).
+        a_top, a = a[top], a.copy()
+        a[top] = 0.0
+        a_s = a[order]
+        per_class = np.bincount(class_id, weights=a_s)
+        per_level = np.bincount(class_level, weights=per_class)
+        below = np.r_[np.cumsum(per_level[::-1])[::-1][1:], 0.0]  # the levels after each
+        same = np.zeros(per_class.size)  # Σ over the level's other weights of a · w_y / (w_y + w_z)
+        with np.errstate(over="ignore"):
+            for i in multi:
+                c = slice(first[i], first[i] + counts[i])
+                share = 1.0 / (1.0 + np.exp(class_lw[None, c] - class_lw[c, None]))
+                np.fill_diagonal(share, 0.0)
+                same[c] = share @ per_class[c]
+        out = np.empty(a.size)
+        out[order] = below[level_id] + same[class_id] + 0.5 * (per_class[class_id] - a_s)
+        return out + to_top * a_top
+
+    return support, qs / total, 1.0 / rest, qs / rest, share_sums
+
+
+def _pair_law(q: np.ndarray, level: np.ndarray, log_weight: np.ndarray) -> np.ndarray | None:
+    """F for k = 2 in closed form (module docstring), or None where a level has too many weights."""
+    terms = _pair_terms(q, level, log_weight)
+    if terms is None:
+        return None
+    support, share, inv_rest, odds, sums = terms
+    out = np.zeros(q.size)
+    out[support] = share * (inv_rest * sums(q[support]) + sums(odds))
+    return out
+
+
+def _pair_hits(q, level, log_weight, reject, residual) -> float | None:
+    """:func:`luce_hits` for k = 2 in closed form: the marks m weight the partner's terms (y ≠ z)."""
+    terms = _pair_terms(q, level, log_weight)
+    if terms is None:
+        return None
+    support, share, inv_rest, odds, sums = terms
+    m = residual[support]
+    per_token = share * (inv_rest * sums(m * q[support]) + sums(m * odds))
+    return float(reject[support] @ per_token)
+
+
 # -- public -------------------------------------------------------------------------------------------------
 
 
@@ -620,6 +712,7 @@ def luce_law(
     step: float | None = None,
     group: int = GROUP,
     only: np.ndarray | None = None,
+    method: str = "auto",
 ) -> LuceLaw:
     """The law F of the Luce rule with levels (module docstring) for k drafts without replacement from q.
 
@@ -640,11 +733,16 @@ def luce_law(
         Least number of light tokens of one (level, weight) summed as a group.
     only : ndarray of int, optional
         Levels to compute (the others come back 0): a solver adjusting some levels' weights.
+    method : str
+        ``"auto"``: k = 2 in closed form (where no level holds more than :data:`PAIR_WEIGHTS` distinct
+        weights; ``step`` and ``group`` then play no part), else the quadrature; ``"quadrature"``: always
+        the quadrature.
 
     Returns
     -------
     LuceLaw
-        F [n] (0 where q = 0) and a bound on its L1 error.
+        F [n] (0 where q = 0) and a bound on its L1 error (float rounding alone in closed form, with 0
+        nodes).
 
     >>> from mdsd import WithoutReplacement
     >>> q, w = np.array([0.5, 0.3, 0.2]), np.array([1.0, 1.0, 2.0])
@@ -656,6 +754,8 @@ def luce_law(
     True
     """
     q, level, log_weight = _check(q, level, log_weight, k)
+    if method not in ("auto", "quadrature"):
+        raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
     out = np.zeros(q.size)
     support = np.flatnonzero(q > 0)
     if support.size == k or k == 1:  # the drafts are the whole support, or one draw of q
@@ -664,6 +764,12 @@ def luce_law(
         w = np.where(top, np.exp(log_weight[support] - log_weight[support][top].max()), 0.0)
         out[support] = q[support] if k == 1 else w / w.sum()
         return LuceLaw(out, 0.0, 0)
+    if k == 2 and method == "auto":
+        law = _pair_law(q, level, log_weight)
+        if law is not None:
+            if only is not None:
+                law[~np.isin(level, only)] = 0.0
+            return LuceLaw(law, _ROUNDING, 0)
     h = default_step(k) if step is None else float(step)
     integrator = _Integrator(_problem(q, level, log_weight, k, h, group, None), only)
     out[integrator.pb.tokens] = integrator.run()
@@ -679,6 +785,7 @@ def luce_hits(
     residual: np.ndarray,
     step: float | None = None,
     group: int = GROUP,
+    method: str = "auto",
 ) -> float:
     r"""Σ_z reject(z) E[1{z ∈ S} s(z | S) Σ_{y ∈ S ∖ z} residual(y)] for the Luce rule with levels.
 
@@ -686,7 +793,8 @@ def luce_hits(
     rejects its selection and the residual draw lands on another draft: the second term of its acceptance
     (:mod:`mdsd.verifiers.optimal.twostep`). Same integral as :func:`luce_law` with every arrived token marked
     by η residual(y) and the coefficient of ζη taken. ``reject`` and ``residual`` must not both be positive on
-    one token. Its error is at most the law's, relative.
+    one token. Its error is at most the law's, relative. ``method`` as :func:`luce_law`'s (k = 2 in closed
+    form: the same sums with the marks).
 
     >>> q, level = np.array([0.5, 0.3, 0.2]), np.zeros(3, dtype=int)
     >>> hits = luce_hits(q, level, np.zeros(3), 2, np.array([1.0, 0, 0]), np.array([0, 1.0, 0]))
@@ -697,8 +805,14 @@ def luce_hits(
     reject, residual = np.asarray(reject, dtype=np.float64), np.asarray(residual, dtype=np.float64)
     if np.any((reject > 0) & (residual > 0)):
         raise ValueError("reject and residual must not both be positive on a token")
+    if method not in ("auto", "quadrature"):
+        raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
     if k == 1 or np.count_nonzero(q) == k:
         return float(_hits_by_sets(q, level, log_weight, k, reject, residual))
+    if k == 2 and method == "auto":
+        hits = _pair_hits(q, level, log_weight, reject, residual)
+        if hits is not None:
+            return hits
     h = default_step(k) if step is None else float(step)
     kept = np.unique(level[(reject > 0) & (q > 0)])  # the levels whose selections may be rejected
     if kept.size == 0:

@@ -91,6 +91,47 @@ def test_residual_hits_match_enumeration(k):
         luce_hits(q, level, log_w, k, np.ones(q.size), np.ones(q.size))
 
 
+def test_two_drafts_in_closed_form_match_the_quadrature_and_enumeration(monkeypatch):
+    """k = 2's closed form against the quadrature (n = 2,000, levels, ties of weights, groups of light
+    tokens, entries down to 1e-300, a near one-hot q) within the two bounds, its hits too; against
+    enumeration to float rounding on small rules; a level with too many weights is integrated instead."""
+    import mdsd.verifiers.optimal.luce as luce_module
+
+    rng = np.random.default_rng(7)
+    for kind in range(6):
+        n = 2000
+        q = rng.dirichlet(np.full(n, 0.2 if kind % 2 else 1.0))
+        q[rng.integers(n, size=50)] = 0.0
+        q[rng.integers(n, size=20)] = 1e-300
+        if kind == 4:  # near one-hot, in float32
+            q = np.full(n, 1e-12, dtype=np.float32)
+            q[3] = 1.0
+        q = q / q.sum()
+        level = rng.integers(0, 1 + kind, size=n)
+        log_w = np.round(rng.normal(size=n) * (1.0 + 4 * kind)) / 2  # many ties: classes of one weight
+        closed = luce_law(q, level, log_w, 2)
+        quad = luce_law(q, level, log_w, 2, method="quadrature")
+        assert closed.nodes == 0 and quad.nodes > 0
+        assert np.abs(closed.law - quad.law).sum() <= closed.error + quad.error, kind
+        assert closed.law[q == 0].sum() == 0.0 and closed.law.sum() == pytest.approx(1.0, abs=1e-13)
+        reject = np.where(rng.random(n) < 0.3, rng.random(n), 0.0)
+        marks = np.where(reject > 0, 0.0, rng.random(n))
+        marks /= marks.sum()
+        assert luce_hits(q, level, log_w, 2, reject, marks) == pytest.approx(
+            luce_hits(q, level, log_w, 2, reject, marks, method="quadrature"), abs=1e-13
+        )
+    for kind in range(40):  # against every pair, ties and 1e-300 entries included
+        q, level, log_w = random_rule(rng, 7, kind)
+        log_w = np.round(log_w) if kind % 4 == 0 else log_w
+        exact, _ = enumerated(q, level, np.exp(log_w), 2)
+        assert np.abs(luce_law(q, level, log_w, 2).law - exact).sum() <= 1e-15
+    monkeypatch.setattr(luce_module, "PAIR_WEIGHTS", 3)  # more weights than that in a level: the quadrature
+    q, level, log_w = random_rule(rng, 7, 1)
+    assert luce_law(q, np.zeros(7, dtype=int), log_w, 2).nodes > 0
+    with pytest.raises(ValueError, match="method must be"):
+        luce_law(q, level, log_w, 2, method="exact")
+
+
 def test_degenerate_supports_and_bad_input():
     """k = 1 selects q; a support of exactly k is drafted whole; the top level shares by weight."""
     q = np.array([0.5, 0.0, 0.5])
