@@ -18,11 +18,13 @@ Run:  python benchmarks/bench_luce.py [--ks 2,3,4] [--scales 3,6] [--threads 1]
       python benchmarks/bench_luce.py --record 2 --repeats 1 --name luce_real
       # the rule's time per node alone (one solve each, no phases or trade-off), median and worst per k:
       python benchmarks/bench_luce.py --record 8 --ks 2,3 --repeats 1 --no-warm-up --no-phases --caps ""
+      # before and after k = 2's closed form, side by side: --law-method quadrature, then auto
 Writes benchmarks/results/luce.json (+ .csv).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -53,6 +55,9 @@ class Config:
     )
     phases: bool = field(default=True, metadata={"help": "time the rule's phases on one more solve"})
     warm_up: bool = field(default=True, metadata={"help": "one untimed call before the timed ones"})
+    law_method: str = field(
+        default="auto", metadata={"help": "the rule's law: auto (k = 2 in closed form) or quadrature"}
+    )
     threads: int = field(default=1, metadata={"help": "torch CPU threads (the machine is shared)"})
     seed: int = field(default=0, metadata={"help": "seed of the pairs, drafts and uniforms"})
     name: str = field(default="luce", metadata={"help": "results file name (benchmarks/results/NAME.json)"})
@@ -125,8 +130,24 @@ def tradeoff(p: np.ndarray, q: np.ndarray, k: int, caps: list[int]) -> list[dict
     return out
 
 
+def use_law_method(method: str) -> None:
+    """Every law and hit count the rule computes, in the verifier too, by ``method`` (an A/B switch: with
+    ``"quadrature"`` k = 2 runs as it did before its closed form)."""
+    if method not in ("auto", "quadrature"):
+        raise ValueError(f"--law-method must be auto or quadrature, got {method!r}")
+    if method == "quadrature":
+        import mdsd.verifiers.optimal.luce_rule as rule_module
+
+        def forced(fn):
+            return functools.wraps(fn)(lambda *args, **kwargs: fn(*args, **(kwargs | {"method": method})))
+
+        rule_module.luce_law = forced(luce_law)
+        rule_module.luce_hits = forced(rule_module.luce_hits)
+
+
 def main() -> None:
     cfg = config_from_cli(Config)
+    use_law_method(cfg.law_method)
     torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed)
     caps = [int(c) for c in cfg.caps.split(",") if c]
