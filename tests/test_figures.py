@@ -180,3 +180,26 @@ def test_the_language_matrix_tables_are_the_file(title, key):
             r = cell[(row_name, s)]
             assert printed.startswith("**") == (r.get("home") == s), (row_name, s)
             assert _agrees(printed.strip("*"), r[key]), (row_name, s, printed, r[key])
+
+
+def test_the_sampled_drafters_table_is_the_file():
+    """results/specialised_drafters/README.md's sampled chain:1 table: every cell is its row's tokens per
+    target forward and interval in sampled/sampled_drafters.json, bold exactly on the drafter's own language,
+    a dash where the file has no row."""
+    text = (ROOT / "results/specialised_drafters/README.md").read_text()
+    rows = _load("results/specialised_drafters/sampled/sampled_drafters.json")["rows"]
+    cell = {(r["drafter"], r["set"]): r for r in rows if r["method"] == "chain:1/single"}
+    table = text.split("Tokens per target forward, chain:1, T = 1")[1].split("\n\n")[1].splitlines()
+    sets = [s.strip() for s in table[0].strip("|").split("|")[1:]]
+    assert len(table) == 2 + len({d for d, _ in cell})
+    for line in table[2:]:
+        name, *cells = (c.strip() for c in line.strip("|").split("|"))
+        for s, printed in zip(sets, cells, strict=True):
+            r = cell.get((name.strip("`"), s))
+            if r is None:
+                assert printed == "—", (name, s)
+                continue
+            assert printed.startswith("**") == r["home"], (name, s)
+            figures = (r["tokens_per_forward"], *r["ci95"])
+            for number, value in zip(re.findall(NUMBER, printed), figures, strict=True):
+                assert _agrees(number, value), (name, s, printed)
