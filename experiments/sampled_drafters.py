@@ -131,7 +131,7 @@ def grid(config: Config) -> list[dict]:
         path = Path(folder).expanduser()
         if path.name == PAIR or path.name in homes:
             raise ValueError(f"--drafters: two drafters are named {path.name!r} (runs are named by folder)")
-        home = trained_on(path)["home"] if (path / TRAINING).is_file() else None
+        home = trained_on(path)["home"] if is_small(path) and (path / TRAINING).is_file() else None
         if home is not None and home not in config.sets:
             raise ValueError(f"--drafters: {folder} was finetuned for {home}, which is not in --sets")
         if is_small(path) and not config.quick:  # a set it was trained on is not held out

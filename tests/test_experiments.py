@@ -786,17 +786,26 @@ def test_sampled_drafters_grid_and_pool(tmp_path):
     prompt; the predicted speedup divides by one plus the draft depth times the cost share."""
     module = runpy.run_path(str(EXPERIMENTS / "sampled_drafters.py"))
     config = module["Config"]
+    checked = []
+    module["grid"].__globals__["check_heldout"] = lambda folder, sets: checked.append(
+        (Path(folder).name, sets)
+    )
     for name, sets in (("deu", ["translate-deu-train"]), ("p", ["chat-train", "code-train"])):
         (tmp_path / name).mkdir()
+        (tmp_path / name / "drafter.json").write_text("{}")  # a small drafter's folder
         record = {"stage": "finetune" if name == "deu" else "pretrain", "init": None}
         record |= {"source": {"config": {"sets": sets}}, "data": {"train_tokens": 10}}
         (tmp_path / name / "training.json").write_text(json.dumps(record))
-    folders = (str(tmp_path / "deu"), str(tmp_path / "p"))
+    (tmp_path / "head").mkdir()  # a feature head's training record says nothing of stages: every set
+    (tmp_path / "head" / "training.json").write_text(json.dumps({"features": "x"}))
+    folders = (str(tmp_path / "deu"), str(tmp_path / "p"), str(tmp_path / "head"))
     runs = module["grid"](config(drafters=folders, sets=("translate-deu", "humaneval"), seeds=(0, 1)))
-    assert [(r["method"], r["seed"], r["set"], r["drafter"]) for r in runs[:5]] == [
-        ("chain:1/single", 0, "translate-deu", d) for d in ("draft-0.5b", "deu", "p")
-    ] + [("chain:1/single", 0, "humaneval", d) for d in ("draft-0.5b", "p")]
-    assert len(runs) == 2 * 2 * 5 and {r["home"] for r in runs if r["drafter"] == "deu"} == {"translate-deu"}
+    assert [(r["method"], r["seed"], r["set"], r["drafter"]) for r in runs[:7]] == [
+        ("chain:1/single", 0, "translate-deu", d) for d in ("draft-0.5b", "deu", "p", "head")
+    ] + [("chain:1/single", 0, "humaneval", d) for d in ("draft-0.5b", "p", "head")]
+    assert len(runs) == 2 * 2 * 7 and {r["home"] for r in runs if r["drafter"] == "deu"} == {"translate-deu"}
+    assert checked == [("deu", ("translate-deu",)), ("p", ("translate-deu", "humaneval"))]
+    folders = folders[:2]
     with pytest.raises(ValueError, match="finetuned for translate-deu, which is not in --sets"):
         module["grid"](config(drafters=folders, sets=("humaneval",)))
     with pytest.raises(ValueError, match="two drafters are named 'deu'"):
