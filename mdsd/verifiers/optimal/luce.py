@@ -664,26 +664,20 @@ def _pair_terms(q: np.ndarray, level: np.ndarray, log_weight: np.ndarray):
     return support, qs / total, 1.0 / rest, qs / rest, share_sums
 
 
-def _pair_law(q: np.ndarray, level: np.ndarray, log_weight: np.ndarray) -> np.ndarray | None:
-    """F for k = 2 in closed form (module docstring), or None where a level has too many weights."""
+def _pair_selected(q, level, log_weight, marks=None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(support, per token y of it: Σ_z Q({y, z}) σ_yz m_z) for k = 2 in closed form (module docstring), the
+    partner z weighted by ``marks`` m (none: 1, the law F); None where a level has too many weights."""
     terms = _pair_terms(q, level, log_weight)
     if terms is None:
         return None
     support, share, inv_rest, odds, sums = terms
-    out = np.zeros(q.size)
-    out[support] = share * (inv_rest * sums(q[support]) + sums(odds))
-    return out
+    m = 1.0 if marks is None else marks[support]
+    return support, share * (inv_rest * sums(m * q[support]) + sums(m * odds))
 
 
-def _pair_hits(q, level, log_weight, reject, residual) -> float | None:
-    """:func:`luce_hits` for k = 2 in closed form: the marks m weight the partner's terms (y ≠ z)."""
-    terms = _pair_terms(q, level, log_weight)
-    if terms is None:
-        return None
-    support, share, inv_rest, odds, sums = terms
-    m = residual[support]
-    per_token = share * (inv_rest * sums(m * q[support]) + sums(m * odds))
-    return float(reject[support] @ per_token)
+def _check_method(method: str) -> None:
+    if method not in ("auto", "quadrature"):
+        raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
 
 
 # -- public -------------------------------------------------------------------------------------------------
@@ -754,8 +748,7 @@ def luce_law(
     True
     """
     q, level, log_weight = _check(q, level, log_weight, k)
-    if method not in ("auto", "quadrature"):
-        raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
+    _check_method(method)
     out = np.zeros(q.size)
     support = np.flatnonzero(q > 0)
     if support.size == k or k == 1:  # the drafts are the whole support, or one draw of q
@@ -765,11 +758,12 @@ def luce_law(
         out[support] = q[support] if k == 1 else w / w.sum()
         return LuceLaw(out, 0.0, 0)
     if k == 2 and method == "auto":
-        law = _pair_law(q, level, log_weight)
-        if law is not None:
+        pair = _pair_selected(q, level, log_weight)
+        if pair is not None:
+            out[pair[0]] = pair[1]
             if only is not None:
-                law[~np.isin(level, only)] = 0.0
-            return LuceLaw(law, _ROUNDING, 0)
+                out[~np.isin(level, only)] = 0.0
+            return LuceLaw(out, _ROUNDING, 0)
     h = default_step(k) if step is None else float(step)
     integrator = _Integrator(_problem(q, level, log_weight, k, h, group, None), only)
     out[integrator.pb.tokens] = integrator.run()
@@ -805,14 +799,13 @@ def luce_hits(
     reject, residual = np.asarray(reject, dtype=np.float64), np.asarray(residual, dtype=np.float64)
     if np.any((reject > 0) & (residual > 0)):
         raise ValueError("reject and residual must not both be positive on a token")
-    if method not in ("auto", "quadrature"):
-        raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
+    _check_method(method)
     if k == 1 or np.count_nonzero(q) == k:
         return float(_hits_by_sets(q, level, log_weight, k, reject, residual))
     if k == 2 and method == "auto":
-        hits = _pair_hits(q, level, log_weight, reject, residual)
-        if hits is not None:
-            return hits
+        pair = _pair_selected(q, level, log_weight, residual)
+        if pair is not None:
+            return float(reject[pair[0]] @ pair[1])
     h = default_step(k) if step is None else float(step)
     kept = np.unique(level[(reject > 0) & (q > 0)])  # the levels whose selections may be rejected
     if kept.size == 0:
