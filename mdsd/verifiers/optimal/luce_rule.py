@@ -180,7 +180,6 @@ def luce_rule(
     iterations: int = ITERATIONS,
     step: float | None = None,
     init: np.ndarray | None = None,
-    method: str = "auto",
 ) -> LuceRule:
     r"""Levels and weights whose Luce law approaches the optimal F* for k drafts without replacement.
 
@@ -191,8 +190,7 @@ def luce_rule(
     stall short of the stop: of largest exact acceptance among it, the start and the closest to F*). It stops
     once the acceptance that further steps can still buy is at most ``rtol`` · α*_wor
     (:func:`remaining`), or when :data:`STALL` steps have not raised it. ``step`` is the fine step of the
-    final law (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`). ``method`` is
-    :func:`~mdsd.verifiers.optimal.luce.luce_law`'s (``"auto"``: k = 2 in closed form; ``"quadrature"``).
+    final law (default: the quadrature's :func:`~mdsd.verifiers.optimal.luce.default_step`).
 
     Whatever the start and the steps, the law returned is computed afresh for exactly the weights
     returned, so the start changes the acceptance, never the verifier's output law.
@@ -239,7 +237,7 @@ def luce_rule(
     taken = 0
     for taken in range(iterations + 1):  # noqa: B007
         theta[free] = x[unit[free]]
-        law = luce_law(q, merged, theta, k, step=COARSE, only=only, method=method).law
+        law = luce_law(q, merged, theta, k, step=COARSE, only=only).law
         unit_law = np.bincount(unit[free], weights=law[free], minlength=units)
         distance = float(np.abs(unit_law - unit_want).sum())
         accepted = fixed + float(np.minimum(law[free], p[free]).sum())
@@ -262,13 +260,13 @@ def luce_rule(
             r = np.clip(np.nan_to_num(np.log(unit_want) - np.log(unit_law), nan=0.0), -SPREAD, SPREAD)
         x = _normalise(_anderson(x, r, xs, rs, scale), unit_level)
     theta[free] = kept[0][unit[free]]
-    final, distance = luce_law(q, level, theta, k, step=step, method=method), kept[2]
+    final, distance = luce_law(q, level, theta, k, step=step), kept[2]
     if bound > rtol * best_value:
         # Stalled short of the stop. Σ min(F_θ, p) only bounds the acceptance from below (a rejected
         # selection's residual draw may land on another draft): an iterate of smaller bound can accept more,
         # up to α*_wor (seen on a near one-hot q). Keep whichever of the largest bound's, the start's and the
         # closest to F* accepts most, exactly.
-        exact = luce_acceptance(p, q, level, theta, final.law, k, step, method)
+        exact = luce_acceptance(p, q, level, theta, final.law, k, step)
         seen = {id(kept[0])}
         for other, other_distance in (start, closest):
             if id(other) in seen:
@@ -276,8 +274,8 @@ def luce_rule(
             seen.add(id(other))
             near = theta.copy()
             near[free] = other[unit[free]]
-            law = luce_law(q, level, near, k, step=step, method=method)
-            value = luce_acceptance(p, q, level, near, law.law, k, step, method)
+            law = luce_law(q, level, near, k, step=step)
+            value = luce_acceptance(p, q, level, near, law.law, k, step)
             if value > exact:
                 theta, final, distance, exact = near, law, other_distance, value
     return LuceRule(level, theta, final.law, final.error, wanted, distance, taken, bound)
@@ -291,7 +289,6 @@ def luce_acceptance(
     law: np.ndarray,
     k: int,
     step: float | None = None,
-    method: str = "auto",
 ) -> float:
     r"""The exact acceptance of the two-step verifier with a Luce rule (levels, log-weights) whose law
     is F (``law``): Σ min(F, p), plus the residual draws from norm((p − F)+) that land on another draft
@@ -308,7 +305,7 @@ def luce_acceptance(
     accepted = float(np.minimum(law, p).sum())
     if gain.sum() == 0 or not reject.any():
         return accepted
-    return accepted + luce_hits(q, level, log_weight, k, reject, gain / gain.sum(), step, method=method)
+    return accepted + luce_hits(q, level, log_weight, k, reject, gain / gain.sum(), step)
 
 
 def remaining(best: float, accepted: float, unit_want: np.ndarray, unit_law: np.ndarray) -> float:
