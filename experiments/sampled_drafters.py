@@ -299,11 +299,9 @@ def main(argv: list[str] | None = None) -> None:
     table = {}
     if config.gpu and not config.quick:
         table = {r["model"]: r for r in json.loads(Path(config.gpu).read_text())["rows"]}
+    folders = {r["drafter"]: r["folder"] for r in todo}  # each drafter's config read once, not once a run
     costs = (
-        {
-            r["drafter"]: cost_ratio(table, drafter_config(r["folder"]) if r["folder"] else None)[0]
-            for r in todo
-        }
+        {d: cost_ratio(table, drafter_config(f) if f else None)[0] for d, f in folders.items()}
         if table
         else {}
     )
