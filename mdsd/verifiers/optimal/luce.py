@@ -25,10 +25,12 @@ at its level needs no t at all: ∫ w e^{−tw} dt = 1). The product is an eleme
 k − 1 with one density term: O(k n) per node (u, t) by prefix and suffix sums, all terms positive, in
 log space, with the tokens surely arrived by u (q_i u > 40) counted apart.
 
-**Groups of light tokens.** Many tokens sharing a level and a weight whose q u stays below 1/2 on the
-whole u-grid are summed as a group: their share of the product is exp of a power series in u with the
-group's power sums Σ q_i^n (no per-token work at a node), and for a member y, with Φ the product over
-all tokens, ρ_y = a_y / b_y and (1 + ρ z + q ζ)^{−1} = Σ_m (−ρ z)^m (1 − (m + 1) q ζ) (mod ζ²),
+**Groups of light tokens.** In a level holding many tokens whose q u stays below 1/2 on the whole
+u-grid, those tokens are summed by groups, one per distinct weight: a group's share of the product is exp
+of a power series in u with its power sums Σ q_i^n (no per-token work at a node; a group of one token
+costs a few multiply-adds per (u, t) node where an explicit token costs two scans), and for a member y,
+with Φ the product over all tokens, ρ_y = a_y / b_y and (1 + ρ z + q ζ)^{−1} = Σ_m (−ρ z)^m (1 − (m + 1) q ζ)
+(mod ζ²),
 
 .. math:: w\, a_y \prod_{i \ne y} = w \sum_{m < k} (-1)^m \rho_y^{m+1}
           \bigl(\Phi^{\zeta}_{k-1-m} - (m + 1)\, q_y\, \Phi_{k-1-m}\bigr),
@@ -84,7 +86,7 @@ __all__ = [
 
 TARGET = 1e-13  # the default step keeps the trapezoid bound (quadrature_error) below this
 _STEPS = (0.25, 0.2, 0.18, 0.16, 0.14, 0.125, 0.1, 0.08, 0.0625)  # steps tried by default_step, largest first
-GROUP = 16  # least number of light tokens of one (level, weight) summed as a group
+GROUP = 16  # least number of light tokens in one level for them to be summed as groups (one per weight)
 _THETA = 40.0  # q u above which a token counts as arrived (e^-40 ~ 4e-18 left out)
 _LEFT = 1e-17  # mass left out below the first u-node (bound u^(k+1))
 T_STEP = 0.25  # trapezoid step in log t: relative error below 2e-15 (quadrature_error's t-part)
@@ -93,6 +95,7 @@ _TAIL = 50.0  # integrate until rate · time = 50 (e^-50 · 50^k / k! left out)
 _LIGHT = 0.5  # a token with q u <= this on the whole u-grid may be summed in a group
 _TERMS = 28  # series terms in q u: (k/2)^28 / 28! < 1e-20 for k <= 8
 _BLOCK = 1 << 16  # node × token entries per vectorised block (times 2k coefficients)
+_CHUNK = 512  # groups whose moments are formed at once ([_CHUNK, terms, U] powers)
 PAIR_WEIGHTS = 4096  # most distinct weights in one level for k = 2's closed form (d² shares per level)
 _ROUNDING = 5e-14  # float64 rounding of the node values (exponents up to ~700) and sums, and the tails
 # Nilpotent monomials of a product's coefficients: 0 = 1, 1 = ζ (the k-th other arrival), 2 = η (a marked
@@ -308,16 +311,19 @@ def _group_log(
     """
     x = groups.scale[which] * u[:, None]  # [U, G], at most 1/2
     series = x[..., None] ** np.arange(_TERMS)  # [U, G, n]
+    gk = gamma[:k].T  # [n, k]
+
+    def moments(power):  # Σ_n γ[r, n] x^n power[g, n]: [k, U, G]
+        return np.moveaxis((series * power) @ gk, -1, 0)
+
     shifted = np.concatenate([groups.power[which, 1:], np.zeros((x.shape[1], 1))], axis=1)
-    sums = [np.einsum("rn,ugn,gn->rug", gamma[:k], series, groups.power[which])]  # Σ ρ^r
-    sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, shifted) * groups.scale[which])  # Σ q ρ^r
+    sums = [moments(groups.power[which]), moments(shifted) * groups.scale[which]]  # Σ ρ^r, Σ q ρ^r
     if monomials == 4:
         marked = groups.marked[which]
         shifted = np.concatenate([marked[:, 1:], np.zeros((x.shape[1], 1))], axis=1)
-        sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, marked))  # Σ r ρ^r
-        sums.append(np.einsum("rn,ugn,gn->rug", gamma[:k], series, shifted) * groups.scale[which])
+        sums += [moments(marked), moments(shifted) * groups.scale[which]]  # Σ r ρ^r, Σ q r ρ^r
     if damp is not None:  # Σ_g e^{−r t w_g} (...)_g: one matrix product per order r
-        sums = [np.einsum("rug,rtg->rut", s, damp) for s in sums]
+        sums = [s @ np.swapaxes(damp, 1, 2) for s in sums]
     r = np.arange(k).reshape((k,) + (1,) * (sums[0].ndim - 1))
     alt = np.where(r % 2 == 1, 1.0, -1.0)  # (−1)^{r+1}
     out = np.zeros((monomials, *sums[0].shape))
@@ -349,10 +355,11 @@ def _exp(scale, log_coef: np.ndarray, k: int):
 
 
 def _series(cz: np.ndarray, c0: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Σ_n x^n cz[n] − Σ_n x^(n+1) c0[n] for the members' x = q / scale [m] (Horner)."""
+    """Σ_n x^n cz[.., n] − Σ_n x^(n+1) c0[.., n] for the members' x = q / scale [m] (Horner; cz, c0 [n] or
+    [m, n])."""
     out = np.zeros_like(x)
-    for n in range(cz.size - 1, -1, -1):
-        out = out * x + cz[n] - x * c0[n]
+    for n in range(cz.shape[-1] - 1, -1, -1):
+        out = out * x + cz[..., n] - x * c0[..., n]
     return out
 
 
@@ -370,7 +377,7 @@ def _u_grid(q: np.ndarray, k: int, h: float) -> np.ndarray:
 
 def light_tokens(q: np.ndarray, k: int) -> np.ndarray:
     """Tokens [n] bool whose q u stays below 1/2 on the u-grid of k drafts from q: the tokens that
-    :func:`luce_law` sums as groups when they share a level and a weight (with :data:`GROUP` or more).
+    :func:`luce_law` sums as groups (one per weight) in a level holding :data:`GROUP` or more of them.
 
     >>> light_tokens(np.array([0.5, 0.3, 0.2 - 1e-4, 1e-4]), 2).tolist()  # u reaches 50 / 0.2 = 250
     [False, False, False, True]
@@ -425,7 +432,8 @@ def _problem(q, level, log_weight, k, h, group, marks) -> _Problem:
     r = np.zeros(qs.size) if marks is None else marks[tokens]
     light = qs * math.exp(s[-1]) <= _LIGHT
     run = np.cumsum(np.r_[True, (np.diff(lev) != 0) | (np.diff(lw) != 0)]) - 1  # one (level, weight)
-    grouped = light & (np.bincount(run[light], minlength=run[-1] + 1)[run] >= group)
+    lev_id = np.cumsum(np.r_[True, np.diff(lev) != 0]) - 1
+    grouped = light & (np.bincount(lev_id[light], minlength=lev_id[-1] + 1)[lev_id] >= group)
     gid = np.full(qs.size, -1)
     _, gid[grouped] = np.unique(run[grouped], return_inverse=True)
     starts = np.flatnonzero(np.r_[True, np.diff(gid[grouped]) != 0]) if grouped.any() else np.zeros(0, int)
@@ -491,6 +499,11 @@ class _Integrator:
         self.target, self.base = (1, 0) if pb.monomials == 2 else (3, 2)  # μ, and μ without ζ
         self.result = np.zeros(pb.q.size)
         self.psi = {i: np.zeros((2, self.lv.gb[i] - self.lv.ga[i], pb.k, pb.u.size)) for i in self.lv.rules}
+        self.decay = {}  # per level with groups: e^{−r t w_g} [k + 1, T, G] (its t-nodes, groups' weights)
+        for i, (t, _, top_w) in self.lv.rules.items():
+            if self.lv.gb[i] > self.lv.ga[i]:
+                wg = np.exp(pb.groups.log_weight[self.lv.ga[i] : self.lv.gb[i]] - top_w)
+                self.decay[i] = np.exp(-np.arange(pb.k + 1)[:, None, None] * (t[:, None] * wg[None, :])[None])
         ex = self.lv.explicit
         self.xq, self.xlw, self.xr = pb.q[ex], pb.log_weight[ex], pb.marks[ex]
 
@@ -551,12 +564,29 @@ class _Integrator:
         return poly if lo_g is None else _multiply(poly, lo_g, self.pb.k)
 
     def _context_top(self, uu: np.ndarray, levels: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """[z^{k−1} μ] of :meth:`_context` without forming it: [Ub, L]."""
-        lo_x, lo_g = self._below(levels, at)
-        poly = _above(lo_x, uu[:, None] * self.lv.higher[levels][None, :], self.lv.higher[levels][None, :])
-        if lo_g is None:
-            return _top(poly, self.pb.k, self.target)
-        return _top_product(poly, lo_g, self.pb.k, self.target)
+        """[z^{k−1} μ] of :meth:`_context` at increasing explicit positions ``at``, not formed: [Ub, L].
+
+        The levels above contribute e^{−u Q_H}(1 + Q_H ζ), so [μ](above · X) = e^{−u Q_H}([μ] X + Q_H [μ∖ζ] X)
+        with X the tokens below. Levels sharing the groups below them sit at contiguous positions: each such
+        run takes X's two coefficients over its range of positions at once (no per-level gather of X)."""
+        pb, k = self.pb, self.pb.k
+        mass, gb = self.lv.higher[levels], self.lv.gb[levels]
+        out = np.empty((uu.size, levels.size))
+        cuts = np.flatnonzero(np.r_[True, np.diff(gb) != 0, True])
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            lo, hi = at[a], at[b - 1] + 1
+            scale, shift, coef = (x[..., lo:hi] for x in self.lower)
+            poly = (np.zeros(()), shift, coef)  # the scale is applied below, once
+            if gb[a] == pb.groups.scale.size:
+                tops = [_top(poly, k, m) for m in (self.target, self.base)]
+            else:
+                g = slice(gb[a], gb[a] + 1)
+                lo_g = _exp(np.zeros(()), self.g_suffix[..., g], k)
+                tops = [_top_product(poly, lo_g, k, m) for m in (self.target, self.base)]
+                scale = scale + self.g_scale[:, g]
+            j, m = at[a:b] - lo, mass[a:b]
+            out[:, a:b] = np.exp(scale[:, j] - uu[:, None] * m) * (tops[0][:, j] + m * tops[1][:, j])
+        return out
 
     def _level(self, i: int, un: np.ndarray, ctx, u_first: int) -> None:
         """Level i at u-nodes un [Us] with its context [.., Us, 1]: explicit members' integrals, and the
@@ -567,8 +597,8 @@ class _Integrator:
         wx = np.exp(self.xlw[members] - top_w)
         wg = np.exp(pb.groups.log_weight[groups] - top_w)
         if lv.gb[i] > lv.ga[i]:
-            damp = np.exp(-np.arange(k)[:, None, None] * (t[:, None] * wg[None, :])[None])  # [k, T, G]
-            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, damp)  # [M, k, Us, T]
+            decay = self.decay[i][:k]
+            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, decay)  # [M, k, Us, T]
             ctx = _multiply(ctx, _exp(-un[:, None] * pb.groups.mass[groups].sum(), logs, k), k)
         tw_x = t[:, None] * wx[None, :]  # [T, nx]
         xq, xr = self.xq[members], self.xr[members]
@@ -589,24 +619,28 @@ class _Integrator:
             nodes = slice(u_first, u_first + un.size)
             for which, monomial in ((0, self.target), (1, self.base)):
                 for m in range(k):
-                    v = _top((phi[0], phi[1] + m, phi[2]), k, monomial)  # Φ_{k−1−m} [Us, T]
-                    kern = (tw[:, None] * wg[None, :]) * np.exp(-(m + 1) * t[:, None] * wg[None, :])  # [T, G]
-                    self.psi[i][which, :, m, nodes] = (v @ kern).T
+                    v = _top((phi[0], phi[1] + m, phi[2]), k, monomial) * tw  # Φ_{k−1−m} dt [Us, T]
+                    self.psi[i][which, :, m, nodes] = (v @ self.decay[i][m + 1]).T * wg[:, None]
 
     def _group_values(self, i: int) -> None:
         """Members of level i's groups: w Σ_m (−1)^m ρ^{m+1} (Φ^μ − (m+1) q Φ^{μ∖ζ})_{k−1−m}, as a power
-        series in q per group (Stirling series of (e^{qu} − 1)^{m+1})."""
+        series in q per group (Stirling series of (e^{qu} − 1)^{m+1}), :data:`_CHUNK` groups at a time."""
         pb, k, u = self.pb, self.pb.k, self.pb.u
         sign = np.where(np.arange(k) % 2 == 0, 1.0, -1.0)
         gamma = pb.gamma[1 : k + 1]
-        for j, gi in enumerate(range(self.lv.ga[i], self.lv.gb[i])):
-            mine = np.flatnonzero(pb.gid == gi)
-            scale = pb.groups.scale[gi]
-            powers = (scale * u)[None, :] ** np.arange(_TERMS)[:, None]  # [n, U]
-            moments = np.einsum("nu,wmu,u->wmn", powers, self.psi[i][:, j], u * pb.h)
-            cz = np.einsum("m,mn,mn->n", sign, gamma, moments[0])
-            c0 = scale * np.einsum("m,mn,mn->n", sign * np.arange(1, k + 1), gamma, moments[1])
-            self.result[mine] = _series(cz, c0, pb.q[mine] / scale)
+        ga, gb = self.lv.ga[i], self.lv.gb[i]
+        mine = np.flatnonzero((pb.gid >= ga) & (pb.gid < gb))
+        for a in range(ga, gb, _CHUNK):
+            b = min(a + _CHUNK, gb)
+            scale = pb.groups.scale[a:b]
+            x = scale[:, None] * u[None, :]
+            powers = x[:, None, :] ** np.arange(_TERMS)[None, :, None]  # [G, n, U]
+            moments = np.einsum("gnu,wgmu,u->wgmn", powers, self.psi[i][:, a - ga : b - ga], u * pb.h)
+            cz = np.einsum("m,mn,gmn->gn", sign, gamma, moments[0])
+            c0 = scale[:, None] * np.einsum("m,mn,gmn->gn", sign * np.arange(1, k + 1), gamma, moments[1])
+            part = mine[(pb.gid[mine] >= a) & (pb.gid[mine] < b)]
+            g = pb.gid[part] - a
+            self.result[part] = _series(cz[g], c0[g], pb.q[part] / scale[g])
 
 
 # -- two drafts in closed form ------------------------------------------------------------------------------
@@ -724,7 +758,7 @@ def luce_law(
         Trapezoid step in log u (default :func:`default_step`; coarser is cheaper, and ``error`` says by
         how much the law may then be off). The step in log t is :data:`T_STEP` whatever this is.
     group : int
-        Least number of light tokens of one (level, weight) summed as a group.
+        Least number of light tokens in one level for them to be summed as groups, one per weight.
     only : ndarray of int, optional
         Levels to compute (the others come back 0): a solver adjusting some levels' weights.
     method : str
