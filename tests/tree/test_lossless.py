@@ -29,6 +29,20 @@ ALPHA = 1e-3
 DECODES = 10_000  # per prompt
 PROMPTS = ([3, 1, 4], [7])
 PATHS = [pytest.param(False, id="eager"), pytest.param("none", id="fast")]  # TreeDecoder(compile=...)
+# Both paths run the same verifier kernels; they differ in the host loop, the caches and the tree's layout. So
+# every verifier is checked on the fast path, and the eager path with one verifier per tree shape (chain, two
+# and three children) of which the optimal one has the most kernels.
+EAGER = ("single", "spechub", "optimal")
+
+
+def _paths(names):
+    """(name, path) for each verifier on the fast path and, for those of EAGER, on the eager one."""
+    return [
+        pytest.param(name, path.values[0], id=f"{name}-{path.id}")
+        for name in names
+        for path in PATHS
+        if path.values[0] or name in EAGER
+    ]
 
 
 def _decoder(target, draft, tree, name, path, **kwargs):
@@ -77,14 +91,15 @@ def _p_values(dec, target, temperature, seed, decodes=DECODES):
     return results
 
 
-# Both paths run the same verifier kernels: each verifier is checked on both at T = 0.7 and on the fast path
-# at T = 1; one that only the eager path runs (it reads values back to the host) on the eager path at both.
+# Each verifier on the fast path at T = 0.7 and 1, and those of EAGER on the eager path at 0.7; one that only
+# the eager path runs (it reads values back to the host) on the eager path at both.
 FIRST_TWO = [
     pytest.param(name, temperature, path.values[0], id=f"{name}-{temperature}-{path.id}")
     for name in VERIFIERS
     for temperature in (0.7, 1.0)
     for path in PATHS
-    if temperature == 0.7 or path.values[0] or not verifier_class(name).sync_free
+    if (path.values[0] and verifier_class(name).sync_free)
+    or (not path.values[0] and (not verifier_class(name).sync_free or (name in EAGER and temperature == 0.7)))
 ]
 
 
@@ -98,10 +113,14 @@ def test_first_two_tokens_follow_the_target_law(pair, name, temperature, path):
 
 
 @pytest.mark.parametrize(
-    ("temperature", "path"),
-    [(1e-3, False), (0.05, False), (0.3, False), (1e-3, "none"), (0.1, "none")],
+    ("name", "temperature", "path"),
+    [
+        pytest.param(name, t, path, id=f"{name}-{t}-{'fast' if path else 'eager'}")
+        for name in VERIFIERS
+        for t, path in [(1e-3, False), (0.05, False), (0.3, False), (1e-3, "none"), (0.1, "none")]
+        if path or name in EAGER
+    ],
 )
-@pytest.mark.parametrize("name", VERIFIERS)
 def test_low_temperatures_follow_the_target_law(pair, name, temperature, path):
     """float32 softmax rows that are one-hot or nearly so, for p and q alike (degenerate drafting)."""
     target, draft = pair
@@ -153,8 +172,7 @@ def test_dynamic_trees_at_low_temperature_follow_the_target_law(pair, name):
         assert p_value > ALPHA
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", [n for n in VERIFIERS if n != "single"])
+@pytest.mark.parametrize(("name", "path"), _paths([n for n in VERIFIERS if n != "single"]))
 def test_dynamic_trees_follow_the_target_law(pair, name, path):
     """Shapes grown from the draft's probabilities, with drafted nodes the target never sees."""
     target, draft = pair
@@ -208,8 +226,7 @@ class _Table:
         self.seen += 1
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", VERIFIERS)
+@pytest.mark.parametrize(("name", "path"), _paths(VERIFIERS))
 def test_mixed_trees_follow_the_target_law(pair, name, path):
     """Retrieved chains beside the model's children: the root mixes deterministic and drawn children."""
     target, draft = pair
