@@ -149,11 +149,11 @@ def test_without_replacement_fallback_refuses_k_5():
         fallback_acceptance(np.eye(5)[0], np.full(5, 0.2), 3, explicit=1)
 
 
-@pytest.mark.parametrize(("k", "temperatures"), [(2, (0.05, 0.3, 1.0)), (3, (0.05, 1.0)), (4, (0.3,))])
+@pytest.mark.parametrize(("k", "temperatures"), [(2, (0.05, 1.0)), (3, (0.05,)), (4, (0.3,))])
 def test_without_replacement_fallback_acceptance_at_full_vocabulary(k, temperatures):
     """V = 151,936 (the fallback's own path): between α*_iid and α*_wor, within a Wilson interval of the
-    sampler's acceptance, and the same whichever tokens are summed one by one (k = 4 at one temperature:
-    its nodes cost seconds each)."""
+    sampler's acceptance, and the same whichever tokens are summed one by one (k = 2 at T = 0.05 and 1, k = 3
+    and 4 at one temperature each: their nodes cost seconds)."""
     rng = np.random.default_rng(5)
     v = OptimalVerifier(k, law="wor", wor_rule="fallback")
     for temperature in temperatures:
@@ -222,7 +222,7 @@ class FirstDraftOptimal(OptimalVerifier):
 
 
 def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails():
-    """V = 151,936, k = 4, 2·10^5 draws: G-test of the emitted tokens against p at α = 10^-3 (bins with
+    """V = 151,936, k = 4, 10^5 draws: G-test of the emitted tokens against p at α = 10^-3 (bins with
     expected count < 5 pooled) and the acceptance within 4 standard errors; seeded, so deterministic."""
     gen = torch.Generator().manual_seed(1)
     n = 151_936
@@ -230,12 +230,12 @@ def test_sampler_at_full_vocabulary_passes_a_g_test_that_a_broken_variant_fails(
     p = torch.softmax(logits, 0)
     q = torch.softmax(logits + torch.randn(n, generator=gen, dtype=torch.float64), 0)
     v = mdsd.verifier("optimal", 4)
-    tokens, index = v.simulate(p, q, 200_000, seed=2)
+    tokens, index = v.simulate(p, q, 100_000, seed=2)
     alpha = v.acceptance(p, q)
     rate = float((index >= 0).double().mean())
     assert g_test(tokens, p.numpy()) > ALPHA
-    assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 200_000), (rate, alpha)
-    broken, _ = FirstDraftOptimal(4).simulate(p, q, 200_000, seed=2)
+    assert abs(rate - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / 100_000), (rate, alpha)
+    broken, _ = FirstDraftOptimal(4).simulate(p, q, 100_000, seed=2)
     assert g_test(broken, p.numpy()) < ALPHA
 
 
