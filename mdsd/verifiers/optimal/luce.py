@@ -499,11 +499,12 @@ class _Integrator:
         self.target, self.base = (1, 0) if pb.monomials == 2 else (3, 2)  # μ, and μ without ζ
         self.result = np.zeros(pb.q.size)
         self.psi = {i: np.zeros((2, self.lv.gb[i] - self.lv.ga[i], pb.k, pb.u.size)) for i in self.lv.rules}
-        self.decay = {}  # per level with groups: e^{−r t w_g} [k + 1, T, G] (its t-nodes, groups' weights)
+        self.decay = {}  # per level with groups: w_g [G] and e^{−r t w_g} [k + 1, T, G] (its t-nodes)
         for i, (t, _, top_w) in self.lv.rules.items():
             if self.lv.gb[i] > self.lv.ga[i]:
                 wg = np.exp(pb.groups.log_weight[self.lv.ga[i] : self.lv.gb[i]] - top_w)
-                self.decay[i] = np.exp(-np.arange(pb.k + 1)[:, None, None] * (t[:, None] * wg[None, :])[None])
+                rates = t[:, None] * wg[None, :]
+                self.decay[i] = wg, np.exp(-np.arange(pb.k + 1)[:, None, None] * rates[None])
         ex = self.lv.explicit
         self.xq, self.xlw, self.xr = pb.q[ex], pb.log_weight[ex], pb.marks[ex]
 
@@ -573,7 +574,7 @@ class _Integrator:
         mass, gb = self.lv.higher[levels], self.lv.gb[levels]
         out = np.empty((uu.size, levels.size))
         cuts = np.flatnonzero(np.r_[True, np.diff(gb) != 0, True])
-        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
             lo, hi = at[a], at[b - 1] + 1
             scale, shift, coef = (x[..., lo:hi] for x in self.lower)
             poly = (np.zeros(()), shift, coef)  # the scale is applied below, once
@@ -595,10 +596,9 @@ class _Integrator:
         t, tw, top_w = lv.rules[i]
         members, groups = slice(lv.xa[i], lv.xb[i]), slice(lv.ga[i], lv.gb[i])
         wx = np.exp(self.xlw[members] - top_w)
-        wg = np.exp(pb.groups.log_weight[groups] - top_w)
         if lv.gb[i] > lv.ga[i]:
-            decay = self.decay[i][:k]
-            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, decay)  # [M, k, Us, T]
+            wg, decay = self.decay[i]
+            logs = _group_log(pb.groups, groups, un, pb.gamma, k, pb.monomials, decay[:k])  # [M, k, Us, T]
             ctx = _multiply(ctx, _exp(-un[:, None] * pb.groups.mass[groups].sum(), logs, k), k)
         tw_x = t[:, None] * wx[None, :]  # [T, nx]
         xq, xr = self.xq[members], self.xr[members]
@@ -620,7 +620,7 @@ class _Integrator:
             for which, monomial in ((0, self.target), (1, self.base)):
                 for m in range(k):
                     v = _top((phi[0], phi[1] + m, phi[2]), k, monomial) * tw  # Φ_{k−1−m} dt [Us, T]
-                    self.psi[i][which, :, m, nodes] = (v @ self.decay[i][m + 1]).T * wg[:, None]
+                    self.psi[i][which, :, m, nodes] = (v @ decay[m + 1]).T * wg[:, None]
 
     def _group_values(self, i: int) -> None:
         """Members of level i's groups: w Σ_m (−1)^m ρ^{m+1} (Φ^μ − (m+1) q Φ^{μ∖ζ})_{k−1−m}, as a power
