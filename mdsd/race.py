@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from mdsd.cumsum import cumsum
+
 __all__ = [
     "suffix_mass",
     "pair_weights",
@@ -32,14 +34,14 @@ __all__ = [
 _LEFT = 1e-17  # the race integral left out below the first node (bound t^(k+1) / (k+1)!)
 _TAIL = 45.0  # integrate to rate * t = 45: exp(-45) ~ 3e-20 is left out on the right
 _SURE = 40.0  # a token with q t > _SURE has arrived by time t (e^-40 ~ 4e-18)
-_CHUNK = 16  # quadrature nodes per vectorised block
+_CHUNK = 4  # quadrature nodes per vectorised block
 _ROUNDING = 1e-14  # float64 rounding of the quadrature (up to 5e-15 seen against enumeration), added to the
 # step-halving estimate
 
 
 def suffix_mass(qs: np.ndarray) -> np.ndarray:
     """λ_j = q(V ∖ A_j) for every prefix length j = 0..n of qs [..., n]: [..., n + 1], summed from the end."""
-    tail = np.cumsum(qs[..., ::-1], axis=-1)[..., ::-1]
+    tail = cumsum(qs[..., ::-1])[..., ::-1]
     return np.concatenate([tail, np.zeros(qs.shape[:-1] + (1,))], axis=-1)
 
 
@@ -143,8 +145,15 @@ def _log_min_rate(qs: np.ndarray, lam: np.ndarray, k: int, live: np.ndarray) -> 
     return -hi * math.log(2.0)
 
 
-def _fewer_than_k(log_q: np.ndarray, s: np.ndarray, k: int, theta: float) -> np.ndarray:
-    """F_{A_j}(t) = P[fewer than k of the first j tokens arrived by t = e^s], all j = 0..J: [m, J + 1].
+def _workspace(m: int, size: int) -> np.ndarray:
+    """Buffers [7, m, size + 1] for :func:`_fewer_than_k` over blocks of at most m nodes and ``size``
+    tokens, reused from block to block (fresh arrays of this size cost more in page faults than in sums)."""
+    return np.empty((7, m, size + 1))
+
+
+def _fewer_than_k(log_q: np.ndarray, s: np.ndarray, k: int, theta: float, work: np.ndarray) -> np.ndarray:
+    """F_{A_j}(t) = P[fewer than k of the first j tokens arrived by t = e^s], all j = 0..J: [m, J + 1], a
+    view of the buffers ``work`` (:func:`_workspace`), valid until their next use.
 
     Token i arrives by t with probability π_i = 1 − e^{−q_i t}. With w_i = e^{q_i t} − 1 = π_i / (1 − π_i),
     P[exactly c arrivals among A_j] = e^{−t q(A_j)} e_c(w over A_j), and the elementary symmetric sums obey
@@ -153,30 +162,36 @@ def _fewer_than_k(log_q: np.ndarray, s: np.ndarray, k: int, theta: float) -> np.
     exp(s + log q), so neither t nor q t overflows into a NaN.
     """
     m, size = s.size, log_q.size
+    exponent, summed, e_c, e_next, need = (w[:m] for w in work[:5])
+    tq, step = work[5][:m, :size], work[6][:m, :size]
     if s.max() < 700.0:  # t = e^s is finite and q ≤ 1: a product, cheaper than exp
-        tq = np.exp(s)[:, None] * np.exp(log_q)[None, :]  # [m, J]
+        np.multiply(np.exp(s)[:, None], np.exp(log_q)[None, :], out=tq)  # [m, J]
     else:
         with np.errstate(over="ignore"):
-            tq = np.exp(s[:, None] + log_q[None, :])  # inf where huge, 0 where q = 0
+            np.exp(s[:, None] + log_q[None, :], out=tq)  # inf where huge, 0 where q = 0
     sure = tq > theta
     any_sure = bool(sure.any())
     if any_sure:
         tq[sure] = 0.0
-    exponent = np.zeros((m, size + 1))  # t q(A_j) over the uncertain tokens
-    np.cumsum(tq, axis=-1, out=exponent[:, 1:])
+    exponent[:, 0] = 0.0  # t q(A_j) over the uncertain tokens
+    cumsum(tq, out=exponent[:, 1:])
     w = np.expm1(tq, out=tq)
-    need = np.full((m, size + 1), k - 1)  # fewer than k arrivals <=> at most k − 1 − (sure ones) others
-    if any_sure:
-        need[:, 1:] -= np.cumsum(sure, axis=-1)
-    summed = np.ones((m, size + 1))  # Σ_{c ≤ need} e_c
-    e_c = np.ones((m, size + 1))
-    e_next = np.zeros((m, size + 1))
+    if any_sure:  # fewer than k arrivals <=> at most k − 1 − (sure ones) others
+        np.copyto(step, sure)
+        need[:, 0] = 0.0
+        cumsum(step, out=need[:, 1:])
+        np.subtract(k - 1, need, out=need)
+    summed.fill(1.0)  # Σ_{c ≤ need} e_c
+    e_c.fill(1.0)
     for c in range(1, k):
-        np.multiply(w, e_c[:, :-1], out=e_c[:, 1:])  # reuse the buffer: e_c is read before written
-        np.cumsum(e_c[:, 1:], axis=-1, out=e_next[:, 1:])
+        np.multiply(w, e_c[:, :-1], out=step)
+        e_next[:, 0] = 0.0
+        cumsum(step, out=e_next[:, 1:])
         e_c, e_next = e_next, e_c
-        e_c[:, 0] = 0.0
-        summed += np.where(need >= c, e_c, 0.0) if any_sure else e_c
+        if any_sure:
+            np.add(summed, e_c, out=summed, where=need >= c)
+        else:
+            summed += e_c
     np.log(summed, out=summed)
     summed -= exponent
     f = np.exp(summed, out=summed)
@@ -249,9 +264,10 @@ def race_containment(
         log_lam = np.log(lam[lo:hi])
     fine, coarse = np.zeros(hi - lo), np.zeros(hi - lo)
     log_factorial = np.array([math.lgamma(c + 1.0) for c in range(k)])
+    work = _workspace(min(_CHUNK, s.size), tokens.size)
     for start in range(0, s.size, _CHUNK):
         block = s[start : start + _CHUNK]  # [m]
-        f = _fewer_than_k(log_q, block, k, theta)[:, lo:hi]  # [m, hi − lo]
+        f = _fewer_than_k(log_q, block, k, theta, work)[:, lo:hi]  # [m, hi − lo]
         with np.errstate(over="ignore"):
             t = np.exp(block)
             phi = np.exp(-t[:, None] + np.arange(k) * block[:, None] - log_factorial).sum(axis=-1)
