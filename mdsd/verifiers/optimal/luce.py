@@ -72,6 +72,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdsd.cumsum import cumsum
+
 __all__ = [
     "LuceLaw",
     "luce_law",
@@ -215,6 +217,29 @@ def _top_product(a, b, k: int, monomial: int) -> np.ndarray:
         return np.where(need >= 0, np.exp(scale) * out, 0.0)
 
 
+def _tops_times(poly, factor, k: int, monomials: tuple[int, ...]) -> np.ndarray:
+    """[z^{k−1} μ] (poly × factor) for each monomial μ, scales not applied: [S, ..., n], for a polynomial
+    [..., n] and a ``factor`` [..., 1] constant along the last axis. Per order shortfall d of poly, one
+    matrix product of poly's M k coefficient rows [..., M k, n] with the factor's weights [..., S, M k]."""
+    _, shift, coef = poly
+    rows = coef.shape[0] * k
+    need = k - 1 - (shift + factor[1])
+    a = np.moveaxis(coef.reshape(rows, *coef.shape[2:]), 0, -2)  # [..., M k, n]
+    lead = a.shape[:-2]
+    out = np.zeros((len(monomials), *np.broadcast_shapes(need.shape, coef.shape[2:])))
+    least, high = int(need.min()), int(need.max())
+    for d in range(max(least, 0), high + 1):
+        w = np.zeros((*lead, len(monomials), coef.shape[0], k))
+        for s, monomial in enumerate(monomials):
+            for x, y, z in _TIMES[coef.shape[0]]:
+                if z == monomial:
+                    for i in range(d + 1):
+                        w[..., s, x, i] += factor[2][y, d - i][..., 0]
+        value = np.moveaxis(w.reshape(*lead, len(monomials), rows) @ a, -2, 0)  # [S, ..., n]
+        out = value if least == high else np.where(need == d, value, out)
+    return out
+
+
 def _above(poly, exponent: np.ndarray, mass: np.ndarray):
     """``poly`` times the tokens of the levels above, of total q ``mass``, none arrived by u:
     e^{−u Q} (1 + Q ζ), ``exponent`` = u Q (only the ζ-free monomials gain a ζ term)."""
@@ -237,10 +262,15 @@ def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, rever
     qu = q * u
     qu = np.broadcast_to(qu, np.broadcast_shapes(qu.shape, np.shape(tw)))
     sure = qu > _THETA
-    with np.errstate(divide="ignore"):
-        scale = np.where(sure, np.log(-np.expm1(-qu)) - tw, -qu)
-    rho = np.where(sure, 0.0, np.expm1(np.minimum(qu, _THETA)) * np.exp(-tw))
-    kap = np.where(sure, 0.0, np.broadcast_to(q, rho.shape))
+    any_sure = bool(sure.any())
+    decay = 1.0 if np.ndim(tw) == 0 and tw == 0.0 else np.exp(-tw)
+    if any_sure:
+        with np.errstate(divide="ignore"):
+            scale = np.where(sure, np.log(-np.expm1(-qu)) - tw, -qu)
+        rho = np.where(sure, 0.0, np.expm1(np.minimum(qu, _THETA)) * decay)
+        kap = np.where(sure, 0.0, np.broadcast_to(q, rho.shape))
+    else:  # the common case, without the masks
+        scale, rho, kap = -qu, np.expm1(qu) * decay, np.broadcast_to(q, qu.shape)
     shift = sure.astype(np.int64)
     sig = rr = None
     if monomials == 4:  # a marked token: surely arrived σ = r, else ρ r z η
@@ -260,7 +290,7 @@ def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, rever
         scale_sum[..., 0], shift_sum[..., 0] = start[0], start[1]
 
     def run(x: int, c: int, step: np.ndarray) -> None:  # coef[x, c] from its start by the increments
-        np.cumsum(step, axis=-1, out=coef[x, c][..., 1:])
+        cumsum(step, out=coef[x, c][..., 1:])
         coef[x, c][..., 1:] += coef[x, c][..., :1]
 
     for c in range(k):
@@ -275,9 +305,10 @@ def _scan(q: np.ndarray, u: np.ndarray, tw, marks, k: int, monomials: int, rever
                 both = both + rho * coef[3, c - 1][..., :-1] + rr * coef[1, c - 1][..., :-1]
             run(2, c, marked)
             run(3, c, both + kap * coef[2, c][..., :-1])
-    np.cumsum(scale, axis=-1, out=scale_sum[..., 1:])
+    cumsum(scale, out=scale_sum[..., 1:])
     scale_sum[..., 1:] += scale_sum[..., :1]
-    np.cumsum(shift, axis=-1, out=shift_sum[..., 1:])
+    if any_sure:
+        cumsum(shift, out=shift_sum[..., 1:])
     shift_sum[..., 1:] += shift_sum[..., :1]
     if reverse:
         return scale_sum[..., ::-1], shift_sum[..., ::-1], coef[..., ::-1]
@@ -427,7 +458,11 @@ def _problem(q, level, log_weight, k, h, group, marks) -> _Problem:
     """Sort the support by (level, weight, q descending) and split it into explicit tokens and groups."""
     support = np.flatnonzero(q > 0)
     s = _u_grid(q[support], k, h)
-    tokens = support[np.lexsort((-q[support], log_weight[support], level[support]))]
+    tokens = support[np.argsort(level[support], kind="stable")]  # then (weight, q descending) within levels:
+    lev = level[tokens]  # only the levels of several tokens need it (most levels hold one)
+    shared = np.r_[lev[1:] == lev[:-1], False] | np.r_[False, lev[1:] == lev[:-1]]
+    sub = tokens[shared]
+    tokens[shared] = sub[np.lexsort((-q[sub], log_weight[sub], level[sub]))]
     qs, lev, lw = q[tokens], level[tokens], log_weight[tokens]
     r = np.zeros(qs.size) if marks is None else marks[tokens]
     light = qs * math.exp(s[-1]) <= _LIGHT
@@ -529,7 +564,7 @@ class _Integrator:
         self.lower = _scan(self.xq, uu[:, None], 0.0, self.xr, k, pb.monomials, reverse=True)
         g_log = _group_log(pb.groups, slice(None), uu, pb.gamma, k, pb.monomials)  # [M, k, Ub, G]
         tail = np.zeros(g_log.shape[:-1] + (1,))
-        self.g_suffix = np.concatenate([np.cumsum(g_log[..., ::-1], axis=-1)[..., ::-1], tail], axis=-1)
+        self.g_suffix = np.concatenate([cumsum(g_log[..., ::-1])[..., ::-1], tail], axis=-1)
         mass = np.concatenate([np.cumsum(pb.groups.mass[::-1])[::-1], [0.0]])
         self.g_scale = -uu[:, None] * mass[None, :]  # [Ub, G + 1]
         if lv.singles.size:  # one explicit token alone at its level: no t
@@ -583,7 +618,7 @@ class _Integrator:
             else:
                 g = slice(gb[a], gb[a] + 1)
                 lo_g = _exp(np.zeros(()), self.g_suffix[..., g], k)
-                tops = [_top_product(poly, lo_g, k, m) for m in (self.target, self.base)]
+                tops = _tops_times(poly, lo_g, k, (self.target, self.base))
                 scale = scale + self.g_scale[:, g]
             j, m = at[a:b] - lo, mass[a:b]
             out[:, a:b] = np.exp(scale[:, j] - uu[:, None] * m) * (tops[0][:, j] + m * tops[1][:, j])

@@ -16,7 +16,14 @@ import mdsd
 import mdsd.verifiers.optimal.luce_rule as luce_rule_module
 import mdsd.verifiers.optimal.verifier as verifier_module
 from mdsd.verifiers.optimal import OptimalVerifier
-from mdsd.verifiers.optimal.luce import default_step, luce_hits, luce_law, quadrature_error
+from mdsd.verifiers.optimal.luce import (
+    _top_product,
+    _tops_times,
+    default_step,
+    luce_hits,
+    luce_law,
+    quadrature_error,
+)
 from mdsd.verifiers.optimal.luce_rule import levels_of, luce_rule, luce_select
 from mdsd.verifiers.optimal.twostep import two_step
 from mdsd.verifiers.reference import draw_index
@@ -78,6 +85,24 @@ def test_groups_of_light_tokens_match_enumeration(k):
         exact, _ = enumerated(q, level, np.exp(log_w), k)
         np.testing.assert_allclose(grouped, exact, rtol=1e-11, atol=1e-15)
         np.testing.assert_allclose(luce_law(q, level, log_w, k).law, grouped, rtol=1e-11, atol=1e-15)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_tops_of_a_product_by_contraction_match_the_product_formed(k):
+    """The singles' context (:func:`_tops_times`: one matrix product per order shortfall) against
+    :func:`_top_product` term by term, for the law's and the hits' monomials, with shortfalls that vary
+    along the tokens (surely arrived tokens), that are negative, or that are one value throughout."""
+    rng = np.random.default_rng(40 + k)
+    for monomials, tops in ((2, (1, 0)), (4, (3, 2))):
+        for trial in range(24):
+            nodes, n = rng.integers(1, 4), rng.integers(1, 40)
+            coef = rng.random((monomials, k, nodes, n + 1))[..., ::-1][..., 1:]  # a reverse scan's view
+            shift = rng.integers(0, k + 1, (nodes, n)) if trial % 2 else np.full((nodes, n), trial % (k + 1))
+            poly = (np.zeros(()), shift, coef * 10.0 ** rng.integers(-300, 10))
+            unshifted = np.zeros((nodes, 1), dtype=np.int64)
+            factor = (np.zeros(()), unshifted, rng.random((monomials, k, nodes, 1)))
+            expected = np.stack([_top_product(poly, factor, k, m) for m in tops])
+            np.testing.assert_allclose(_tops_times(poly, factor, k, tops), expected, rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
