@@ -435,6 +435,27 @@ def test_optimal_wor_gap_quick(tmp_path):
     assert (tmp_path / "optimal_wor_gap.png").exists()
 
 
+def test_layout_structure_quick(tmp_path):
+    """The count of tokens where F differs from p, against the closed-form law of mdsd.otm.selection."""
+    from mdsd.otm.selection import optimal_selection_law
+
+    rows = run_script("layout_structure", tmp_path)["rows"]
+    assert {(r["pair"], r["k"]) for r in rows} == {(f"synthetic {i}", k) for i in range(2) for k in (2, 4)}
+    gen = np.random.default_rng(0)
+    z = [gen.normal(size=2000) * 3.0 for _ in range(2)]
+    for i, x in enumerate(z):
+        p, q = np.exp(x), np.exp(x + gen.normal(size=x.size))
+        p, q = p / p.sum(), q / q.sum()
+        for k in (2, 4):
+            (row,) = [r for r in rows if r["pair"] == f"synthetic {i}" and r["k"] == k]
+            law = optimal_selection_law(p, q, mdsd.IID(k)).law
+            changed = np.abs(law - p) > 1e-6 * p
+            assert row["changed"] == np.count_nonzero(changed)
+            assert row["changed_q"] == pytest.approx(q[changed].sum(), rel=1e-9)
+            assert 1 <= row["prefixes"] <= 50 and row["distance"] >= 1
+    assert "| 4 | 2 |" in (tmp_path / "layout_structure.md").read_text()
+
+
 def test_real_acceptance_quick(tmp_path):
     rows = run_script("real_acceptance", tmp_path)["rows"]
     assert {r["k"] for r in rows} == {1, 2} and all(r["positions"] == 16 for r in rows)
