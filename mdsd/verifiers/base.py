@@ -108,6 +108,7 @@ class Verifier(ABC):
     supported_k: ClassVar[frozenset[int] | None] = None
     sync_free: ClassVar[bool] = True  # the kernels never wait for the device (False: they read values back)
     laws: ClassVar[tuple[str, ...]] = ()  # draft laws it takes by name (NAME:LAW), default first; (): fixed
+    slab_share: ClassVar[int] = 1  # its CPU slabs hold CPU_SLAB / slab_share entries (more temporaries: more)
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
@@ -373,11 +374,10 @@ class Verifier(ABC):
             accepted = accepted & ~degenerate
         return torch.where(accepted, proposal, residual)
 
-    @staticmethod
-    def _slab_starts(t: torch.Tensor, batch: torch.Size) -> list[int] | None:
-        """First rows of the CPU slabs (see :data:`CPU_SLAB`) for one row of ``t`` [*batch, V] per
-        batch entry, or None to run in one block."""
-        rows, step = math.prod(batch), max(1, CPU_SLAB // t.shape[-1])
+    def _slab_starts(self, t: torch.Tensor, batch: torch.Size) -> list[int] | None:
+        """First rows of the CPU slabs (see :data:`CPU_SLAB` and :attr:`slab_share`) for one row of
+        ``t`` [*batch, V] per batch entry, or None to run in one block."""
+        rows, step = math.prod(batch), max(1, CPU_SLAB // self.slab_share // t.shape[-1])
         if t.device.type != "cpu" or t.shape[:-1] != batch or rows <= step:
             return None
         return list(range(0, rows, step))

@@ -150,6 +150,7 @@ class OptimalVerifier(Verifier):
     # the host: see reads_back
     sync_free = True
     laws = ("iid", "wor")
+    slab_share = 8  # CPU slabs of one row at a real vocabulary: its layout's temporaries then stay in cache
 
     def __init__(
         self,
