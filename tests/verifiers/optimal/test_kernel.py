@@ -103,6 +103,25 @@ def test_window_tops_converge_within_the_fixed_newton_steps(k, monkeypatch):
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_chunks_of_drafts_change_no_window_top_and_no_depth(k, monkeypatch):
+    """The crossings run over chunks of drafts (one at a real vocabulary on the CPU): chunks of 3 drafts
+    give the window tops and depths of one block, bit for bit, on adversarial rows."""
+    p, q = _rows(300, 20, seed=40 + k)
+    lay = layout.iid_layout(p, q, k)
+    gen = torch.Generator().manual_seed(k)
+    rows = torch.arange(p.shape[0]).repeat_interleave(5)
+    drawn = torch.stack([torch.multinomial(row, 5, replacement=True, generator=gen) for row in q])
+    pos = lay.rank[rows, drawn.reshape(-1)]
+    u = torch.rand(pos.shape, generator=gen, dtype=torch.float64)
+    tops = layout.window_tops(lay, rows, pos)
+    depths = layout.draft_depths(lay, rows, pos, tops, u)
+    monkeypatch.setitem(layout.CHUNK, "cpu", 3 * 301)
+    assert len(layout._chunks(300, rows)) > 1
+    assert torch.equal(layout.window_tops(lay, rows, pos), tops)
+    assert torch.equal(layout.draft_depths(lay, rows, pos, tops, u), depths)
+
+
 def test_one_verify_is_a_few_hundred_kernels():
     """Regression (issue 45): the window tops were 6 jumps per draft, each a string of small kernels, so a
     node was 808 top-level aten ops at k = 2 (a launch each when captured on a GPU); all crossings at once
