@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundations",  # the mathematics and its data: no model, no decoder
         (
+            "cumsum",  # prefix sums by torch's kernel, for the exact quadratures
             "laws",
             "race",
             "sampling",
