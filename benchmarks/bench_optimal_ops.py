@@ -4,7 +4,8 @@
 A captured verify on a GPU replays one launch of a few µs per aten op, so at B = 1 the count of top-level
 aten ops (those not called by another aten op: what eager mode dispatches, what a CUDA graph replays) is the
 node's cost; at large B the passes over [B, V] and [B, k, V] are (bandwidth). For one ``verify_unchecked``
-(drafts given, uniforms drawn inside, as the decoder calls it) this counts, on the CPU:
+(drafts given, uniforms drawn inside, as the decoder calls it) this counts, on the CPU but blocked as on a
+device (one chunk of drafts, no slabs of rows: :func:`device_blocking`):
 
 * the top-level aten ops under ``torch.profiler``, each charged to the innermost phase it runs in;
 * the passes, in units of one pass over [B, V]: a torch call touching a tensor whose size is a multiple of V
@@ -27,6 +28,7 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass, field
+from unittest import mock
 
 import torch
 from bench_passes import Passes
@@ -34,6 +36,7 @@ from timing import logit_pair
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import mdsd
+import mdsd.verifiers.base as base
 import mdsd.verifiers.optimal.layout as layout
 import mdsd.verifiers.optimal.verifier as optimal
 from mdsd.harness.experiment import config_from_cli, write_results
@@ -94,6 +97,18 @@ def phases(passes: Passes | None = None):
             setattr(module, attr, fn)
 
 
+@contextlib.contextmanager
+def device_blocking():
+    """Count as an accelerator runs the kernels: one chunk of drafts and no CPU slabs of rows. On the CPU the
+    optimal verifier works one row and one draft at a time (its temporaries then stay in cache), repeating the
+    same ops per row and per draft; a captured step on a device launches each once."""
+    with (
+        mock.patch.dict(layout.CHUNK, {"cpu": layout.CHUNK_DEVICE}),
+        mock.patch.object(base, "CPU_SLAB", 1 << 62),
+    ):
+        yield
+
+
 def op_counts(call) -> dict[str, int]:
     """Top-level aten ops of ``call()`` by innermost phase (``rest`` outside every phase)."""
     with phases(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -141,8 +156,9 @@ def main(argv: list[str] | None = None) -> None:
                 def call(v=v, p=p, q=q, drafts=drafts):
                     return v.verify_unchecked(p, q, drafts, gen)
 
-                call()  # warm up (lazy initialisations are not the node's)
-                ops, passes = op_counts(call), pass_counts(call, batch, n)
+                with device_blocking():
+                    call()  # warm up (lazy initialisations are not the node's)
+                    ops, passes = op_counts(call), pass_counts(call, batch, n)
                 row = {"verifier": name, "k": k, "batch": batch, "n": n}
                 row |= {"ops": sum(ops.values()), "passes": sum(passes.values())}
                 row |= {f"ops {ph}": c for ph, c in ops.items() if c}
