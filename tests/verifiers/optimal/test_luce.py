@@ -17,6 +17,7 @@ import mdsd.verifiers.optimal.luce_rule as luce_rule_module
 import mdsd.verifiers.optimal.verifier as verifier_module
 from mdsd.verifiers.optimal import OptimalVerifier
 from mdsd.verifiers.optimal.luce import (
+    _lexsort,
     _top_product,
     _tops_times,
     default_step,
@@ -103,6 +104,20 @@ def test_tops_of_a_product_by_contraction_match_the_product_formed(k):
             factor = (np.zeros(()), unshifted, rng.random((monomials, k, nodes, 1)))
             expected = np.stack([_top_product(poly, factor, k, m) for m in tops])
             np.testing.assert_allclose(_tops_times(poly, factor, k, tops), expected, rtol=1e-13, atol=0)
+
+
+def test_the_radix_lexsort_is_numpys():
+    """The law's sort (stable radix sorts of order-preserving int64 keys) against np.lexsort: ties, −0 and +0,
+    denormals, infinities, integer and float keys."""
+    rng = np.random.default_rng(5)
+    extremes = np.array([1e-300, -1e-300, 0.0, -0.0, 5e-324, -5e-324, 1.0, -1.0, np.inf, -np.inf])
+    np.testing.assert_array_equal(_lexsort(extremes), np.lexsort((extremes,)))
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        q = np.round(rng.random(n), int(rng.integers(1, 4))) + 1e-3
+        log_w = np.where(rng.random(n) < 0.2, -0.0, np.round(-rng.random(n) * 3, 1))
+        level = rng.integers(0, int(rng.integers(1, n + 2)), n)
+        np.testing.assert_array_equal(_lexsort(-q, log_w, level), np.lexsort((-q, log_w, level)))
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
