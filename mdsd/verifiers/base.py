@@ -108,7 +108,7 @@ class Verifier(ABC):
     supported_k: ClassVar[frozenset[int] | None] = None
     sync_free: ClassVar[bool] = True  # the kernels never wait for the device (False: they read values back)
     laws: ClassVar[tuple[str, ...]] = ()  # draft laws it takes by name (NAME:LAW), default first; (): fixed
-    slab_share: ClassVar[int] = 1  # its CPU slabs hold CPU_SLAB / slab_share entries (more temporaries: more)
+    slab_share: ClassVar[int] = 1  # its CPU slabs hold CPU_SLAB / slab_share entries (many temporaries: > 1)
 
     def __init__(self, k: int) -> None:
         self.k = check_k(k, "k")
