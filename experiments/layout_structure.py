@@ -29,7 +29,7 @@ import torch
 
 import mdsd
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
-from mdsd.verifiers.optimal.layout import _crossings, iid_layout
+from mdsd.verifiers.optimal.layout import iid_layout, prefix_crossings
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,12 @@ def measure(p: np.ndarray, q: np.ndarray, k: int, drafts: int, seed: int) -> dic
         torch.as_tensor(q), drafts, replacement=True, generator=torch.Generator().manual_seed(seed)
     )
     pos = lay.rank[0][tokens]
-    end = pos + 1
-    dq = lay.prefix_q[0, end].unsqueeze(-1) - lay.prefix_q[0][None]
-    df = lay.prefix_f[0, end].unsqueeze(-1) - lay.prefix_f[0][None]
-    dq.scatter_(-1, pos[:, None], qs[pos][:, None])  # j = l − 1: the token's own q and F (window_tops)
-    df.scatter_(-1, pos[:, None], f[pos][:, None])
-    prefix = _crossings(dq, df, lay.tail_q[0, end][:, None], k).argmax(-1)
+    prefix = prefix_crossings(lay, torch.zeros_like(pos), pos).argmax(-1)
     return {
         "changed": int(changed.sum()),
         "changed_q": float(qs[changed].sum()),
         "prefixes": int(prefix.unique().numel()),
-        "distance": float((end - prefix).double().median()),
+        "distance": float((pos + 1 - prefix).double().median()),
     }
 
 

@@ -93,6 +93,7 @@ __all__ = [
     "IIDLayout",
     "iid_layout",
     "window_tops",
+    "prefix_crossings",
     "draft_depths",
     "PairLayout",
     "pair_layout",
@@ -290,15 +291,21 @@ def window_tops(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.
     """
     out = []
     for r, p in _chunks(lay.q_sorted.shape[-1], rows, pos):
-        end, at = p + 1, p.unsqueeze(-1)
-        below = lay.tail_q[r, end]
-        dq = lay.prefix_q[r, end].unsqueeze(-1) - _of_rows(lay.prefix_q, r)  # [N, V + 1]
-        df = lay.prefix_f[r, end].unsqueeze(-1) - _of_rows(lay.prefix_f, r)
-        dq.scatter_(-1, at, lay.q_sorted[r, p].unsqueeze(-1))  # j = l − 1: Q_l − Q_{l−1} = q_l
-        df.scatter_(-1, at, lay.f_sorted[r, p].unsqueeze(-1))
-        top = _crossings(dq, df, below.unsqueeze(-1), lay.k).amax(-1)
+        below = lay.tail_q[r, p + 1]
+        top = prefix_crossings(lay, r, p).amax(-1)
         out.append(torch.minimum(top.clamp_min(0.0), below))
     return _joined(out)
+
+
+def prefix_crossings(lay: IIDLayout, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """x_{lj} [N, V + 1]: the crossings of the curves of the tokens at sorted positions ``pos`` [N] of rows
+    ``rows`` [N] with every prefix j's (−∞ for j >= l), as :func:`window_tops` reads them (one chunk)."""
+    end, at = pos + 1, pos.unsqueeze(-1)
+    dq = lay.prefix_q[rows, end].unsqueeze(-1) - _of_rows(lay.prefix_q, rows)  # [N, V + 1]
+    df = lay.prefix_f[rows, end].unsqueeze(-1) - _of_rows(lay.prefix_f, rows)
+    dq.scatter_(-1, at, lay.q_sorted[rows, pos].unsqueeze(-1))  # j = l − 1: Q_l − Q_{l−1} = q_l
+    df.scatter_(-1, at, lay.f_sorted[rows, pos].unsqueeze(-1))
+    return _crossings(dq, df, lay.tail_q[rows, end].unsqueeze(-1), lay.k)
 
 
 def draft_depths(
