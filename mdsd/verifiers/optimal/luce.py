@@ -74,6 +74,7 @@ import numpy as np
 import torch
 
 from mdsd.cumsum import cumsum
+from mdsd.race import suffix_mass
 
 __all__ = [
     "LuceLaw",
@@ -560,6 +561,7 @@ class _Integrator:
                 self.decay[i] = wg, np.exp(-np.arange(pb.k + 1)[:, None, None] * rates[None])
         ex = self.lv.explicit
         self.xq, self.xlw, self.xr = pb.q[ex], pb.log_weight[ex], pb.marks[ex]
+        self.g_below = suffix_mass(pb.groups.mass)  # q of the groups from each on [G + 1], for every u-block
 
     @property
     def nodes(self) -> int:
@@ -583,8 +585,7 @@ class _Integrator:
         g_log = _group_log(pb.groups, slice(None), uu, pb.gamma, k, pb.monomials)  # [M, k, Ub, G]
         tail = np.zeros(g_log.shape[:-1] + (1,))
         self.g_suffix = np.concatenate([cumsum(g_log[..., ::-1])[..., ::-1], tail], axis=-1)
-        mass = np.concatenate([np.cumsum(pb.groups.mass[::-1])[::-1], [0.0]])
-        self.g_scale = -uu[:, None] * mass[None, :]  # [Ub, G + 1]
+        self.g_scale = -uu[:, None] * self.g_below[None, :]  # [Ub, G + 1]
         if lv.singles.size:  # one explicit token alone at its level: no t
             y = lv.xa[lv.singles]
             top = self._context_top(uu, lv.singles, y + 1)
