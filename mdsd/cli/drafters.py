@@ -48,7 +48,12 @@ def add_parser(subparsers) -> None:
     source = features.add_mutually_exclusive_group(required=True)
     source.add_argument("--distilled", help="the folder of a mdsd drafters distill run")
     source.add_argument("--corpus", nargs="+", metavar="SET", help="training sets read with their references")
-    features.add_argument("--sequences", type=int, default=1024, help="corpus sequences in all (1024)")
+    features.add_argument(
+        "--sequences",
+        type=int,
+        default=1024,
+        help="corpus sequences in all (1024; a larger count grows a run)",
+    )
     features.add_argument("--seed", type=int, default=0, help="seed of the corpus sample (0)")
     features.add_argument("--max-prompt-tokens", type=int, default=192, help="corpus prompt cap (192)")
     features.add_argument("--max-answer-tokens", type=int, default=256, help="corpus reference cap (256)")

@@ -47,6 +47,7 @@ from mdsd.drafters.distill import (
 from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
+    "corpus_order",
     "features_path",
     "compute_features",
     "compute_corpus_features",
@@ -200,7 +201,12 @@ def compute_corpus_features(
     }
     path = out / FEATURES
     if path.is_file():
-        _check_same(json.loads(path.read_text()), record, out)
+        old = json.loads(path.read_text())
+        _check_same(old, record, out)
+        if sequences > old["source"]["corpus"]["sequences"]:  # a run grows: its first shards stay as they are
+            old["source"]["corpus"]["sequences"] = sequences
+            old.setdefault("grown_by", []).append(record["command"])
+            path.write_text(json.dumps(old, indent=2) + "\n")
     else:
         path.write_text(json.dumps(record, indent=2) + "\n")
     shards = -(-sequences // shard_sequences)
@@ -209,13 +215,13 @@ def compute_corpus_features(
         return out
     tokenizer = load_tokenizer(target_dir)
     items = {name: [it for it in load_training_items(name) if it[1]] for name in sets}
-    picks = [np.random.default_rng([seed, i]).permutation(len(items[n])) for i, n in enumerate(sets)]
+    order = corpus_order([len(items[n]) for n in sets], seed, sequences)
     target = load_model(target_dir, dtype)
     for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
         rows, answers = [], []
         for i in range(s * shard_sequences, min((s + 1) * shard_sequences, sequences)):
-            name = sets[i % len(sets)]
-            text, reference = items[name][int(picks[i % len(sets)][i // len(sets)])]
+            name = sets[order[i][0]]
+            text, reference = items[name][order[i][1]]
             prompt, answer = render_item(
                 name, text, reference, tokenizer, max_prompt_tokens, max_answer_tokens
             )
@@ -225,9 +231,35 @@ def compute_corpus_features(
     return out
 
 
+def corpus_order(sizes: list[int], seed: int, count: int) -> list[tuple[int, int]]:
+    """(set, item) of the first ``count`` corpus sequences: the sets take turns, each drawing its items in
+    its own seeded order, and a set that runs out leaves the turn. The first n are the same for every
+    ``count`` ≥ n, so a run can grow (``ValueError`` when the sets hold fewer than ``count`` items).
+
+    >>> corpus_order([1, 3], 0, 4)[:2], [s for s, _ in corpus_order([1, 3], 0, 4)]
+    ([(0, 0), (1, 2)], [0, 1, 1, 1])
+    """
+    if count > sum(sizes):
+        raise ValueError(f"--sequences: the sets hold {sum(sizes)} items with a reference, not {count}")
+    picks = [np.random.default_rng([seed, i]).permutation(n) for i, n in enumerate(sizes)]
+    order: list[tuple[int, int]] = []
+    turn = 0
+    while len(order) < count:
+        order += [(i, int(picks[i][turn])) for i in range(len(sizes)) if turn < sizes[i]][
+            : count - len(order)
+        ]
+        turn += 1
+    return order
+
+
 def _check_same(old: dict, new: dict, out: Path) -> None:
-    """Refuse to add to ``out`` features of another source, target or ``top_k``."""
-    keys = ("source", "top_k")
+    """Refuse to add to ``out`` features of another source (but for its size), target or ``top_k``."""
+
+    def same(record: dict) -> dict:
+        corpus = record.get("source", {}).get("corpus")
+        return record | {"source": {"corpus": corpus | {"sequences": 0}}} if corpus else record
+
+    old, new, keys = same(old), same(new), ("source", "top_k")
     if (
         any(old.get(k) != new[k] for k in keys)
         or old["target"]["weights_sha256"] != new["target"]["weights_sha256"]

@@ -14,7 +14,14 @@ import torch
 from tiny_lms import tiny_lm
 
 import mdsd
-from mdsd.drafters.features import FEATURES, features_path, load_features, write_features
+from mdsd.drafters.features import (
+    FEATURES,
+    _check_same,
+    corpus_order,
+    features_path,
+    load_features,
+    write_features,
+)
 from mdsd.drafters.head import FeatureHead
 from mdsd.drafters.train import CHECKPOINT, TRAINING, HeadData, TrainConfig, train
 from mdsd.hf import describe_model
@@ -60,6 +67,35 @@ def test_features_are_the_targets_laws_and_states(setup):
         else out.hidden_states[-1][0]
     )
     assert torch.allclose(f["hidden"][a:b].float(), hidden, atol=0.05)  # stored in bfloat16
+
+
+def test_the_corpus_order_takes_turns_grows_by_a_prefix_and_outlives_a_set():
+    sizes, seed = [5, 12, 3], 7
+    whole = corpus_order(sizes, seed, sum(sizes))
+    assert sorted(whole) == sorted((s, i) for s, n in enumerate(sizes) for i in range(n))  # each item once
+    picks = [np.random.default_rng([seed, s]).permutation(n) for s, n in enumerate(sizes)]
+    # while every set has items, sequence i is set i mod S's item i div S (the order runs were made in)
+    assert whole[:9] == [(i % 3, int(picks[i % 3][i // 3])) for i in range(9)]
+    assert [s for s, _ in whole[9:]] == [0, 1, 0, 1] + [1] * 7  # set 2 ran out, then set 0
+    assert all(corpus_order(sizes, seed, n) == whole[:n] for n in range(sum(sizes) + 1))
+    with pytest.raises(ValueError, match="--sequences"):
+        corpus_order(sizes, seed, sum(sizes) + 1)
+
+
+def test_a_corpus_run_may_grow_but_not_change():
+    record = {
+        "source": {"corpus": {"sets": ["a"], "sequences": 64, "seed": 0}},
+        "top_k": 64,
+        "target": {"weights_sha256": "x"},
+    }
+    grown = json.loads(json.dumps(record))
+    grown["source"]["corpus"]["sequences"] = 128
+    _check_same(record, grown, Path("out"))  # more sequences of the same corpus: accepted
+    for change in ({"seed": 1}, {"sets": ["b"]}):
+        other = json.loads(json.dumps(record))
+        other["source"]["corpus"] |= change
+        with pytest.raises(ValueError, match="another run"):
+            _check_same(record, other, Path("out"))
 
 
 @pytest.mark.parametrize("loss", ["kl", "tv", "alpha"])
