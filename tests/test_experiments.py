@@ -283,6 +283,43 @@ def test_batch_efficiency_in_checkpointed_runs_of_batches(tmp_path, capsys):
     assert "--prompts-per-task must be 0 or a multiple of --batch-size 2, got 3" in capsys.readouterr().err
 
 
+def test_paired_runs_pairs_two_runs_prompt_by_prompt(tmp_path):
+    """The same method in two runs of the same prompts and seeds pairs to exactly 1; another method's ratio
+    is the ratio of the sums; runs of other prompts are refused."""
+    flags = ("--max-new-tokens", "6", "--batch-size", "2")
+    run_script("batch_efficiency", tmp_path / "a", *flags, "--methods", "chain:3/single", "binary:1/rrs")
+    b = run_script("batch_efficiency", tmp_path / "b", *flags, "--methods", "binary:1/rrs", "chain:2/single")
+    argv = sys.argv
+    sys.argv = ["paired_runs", "--runs", str(tmp_path / "a" / "batch_efficiency.json")]
+    sys.argv += [str(tmp_path / "b" / "batch_efficiency.json"), "--labels", "one", "two"]
+    sys.argv += ["--against", "chain:2/single", "--output-dir", str(tmp_path / "p")]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(str(EXPERIMENTS / "paired_runs.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    rows = json.loads((tmp_path / "p" / "paired_runs.json").read_text())["rows"]
+    assert len(rows) == 4 and {r["prompts"] for r in rows} == {4}
+    same = next(r for r in rows if r["method_a"] == r["method_b"] == "binary:1/rrs")
+    assert same["ratio"] == 1 and same["ci95"] == [1, 1] and not same["significant"]
+    other = next(r for r in rows if (r["method_a"], r["method_b"]) == ("chain:3/single", "chain:2/single"))
+    mine = next(r for r in b["rows"] if r["method"] == "chain:2/single")
+    assert other["tokens_per_forward_b"] == pytest.approx(mine["tokens_per_forward"])
+    assert other["ratio"] == pytest.approx(other["tokens_per_forward_a"] / mine["tokens_per_forward"])
+    summary = (tmp_path / "p" / "summary.md").read_text()
+    assert "| all | binary:1/rrs | binary:1/rrs | 4 |" in summary
+    assert "chain:3/single | chain:2/single" in summary
+    run_script("batch_efficiency", tmp_path / "c", "--max-new-tokens", "5", "--methods", "binary:1/rrs")
+    sys.argv = ["paired_runs", "--runs", str(tmp_path / "a" / "batch_efficiency.json")]
+    sys.argv += [str(tmp_path / "c" / "batch_efficiency.json"), "--output-dir", str(tmp_path / "q")]
+    try:
+        with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(io.StringIO()) as err:
+            runpy.run_path(str(EXPERIMENTS / "paired_runs.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert stop.value.code == 2 and "max_new_tokens" in err.getvalue()
+
+
 def test_batch_efficiency_quick_on_the_fast_path(tmp_path):
     """--compile runs mdsd's methods on the fast path, counted by the decoder (one target forward a step)."""
     methods = ["chain:3/single", "binary:1/rrs+lookup"]
