@@ -15,9 +15,9 @@ the prompts both have are paired, and the tables say how many.
 Writes ``paired_runs.json``/``.csv`` (every pair) and ``summary.md`` (each method against the same method of
 the other run, and against the methods named by ``--against``).
 
-    python experiments/paired_runs.py --runs results/drafters/whole-head/batch_efficiency.json \\
+    python experiments/paired_runs.py --runs results/whole_sets/qwen2.5-coder-bf16-head/batch_efficiency.json \\
         results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json --labels head 0.5b \\
-        --against none/topk+lookup --output-dir results/drafters/whole-head/paired
+        --against none/topk+lookup --output-dir results/whole_sets/qwen2.5-coder-bf16-head/paired
 """
 
 from __future__ import annotations
