@@ -143,7 +143,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             sets = tuple(args.corpus)
             out = compute_corpus_features(
-                sets, args.sequences, target, args.out, args.top_k, dtype, seed=args.seed
+                sets,
+                args.sequences,
+                target,
+                args.out,
+                args.top_k,
+                dtype,
+                max_prompt_tokens=args.max_prompt_tokens,
+                max_answer_tokens=args.max_answer_tokens,
+                seed=args.seed,
             )
         print(f"mdsd drafters features: features in {out}")
     elif args.action in ("pretrain", "finetune"):

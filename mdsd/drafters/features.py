@@ -203,7 +203,10 @@ def compute_corpus_features(
     if path.is_file():
         old = json.loads(path.read_text())
         _check_same(old, record, out)
-        if sequences > old["source"]["corpus"]["sequences"]:  # a run grows: its first shards stay as they are
+        had = old["source"]["corpus"]["sequences"]
+        if sequences > had:  # a run grows: its whole shards stay as they are, a partial last one is redone
+            if had % shard_sequences:
+                features_path(out, had // shard_sequences).unlink(missing_ok=True)
             old["source"]["corpus"]["sequences"] = sequences
             old.setdefault("grown_by", []).append(record["command"])
             path.write_text(json.dumps(old, indent=2) + "\n")

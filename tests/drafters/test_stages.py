@@ -218,6 +218,42 @@ def test_a_killed_run_resumes_to_the_same_drafter(setup, tmp_path, monkeypatch):
     assert curves[0] == curves[1]
 
 
+def test_corpus_features_keep_the_flags_caps_and_grow_regression(setup, tiny_set, tmp_path, monkeypatch):
+    """`mdsd drafters features --corpus` cuts prompts and references at its flags (it used the defaults
+    whatever the flags said), records them, grows by a larger --sequences and refuses other caps."""
+    from mdsd.cli import main
+    from mdsd.drafters.features import features_path, load_features
+
+    items = [(text, "cat " + text) for text in _texts(70, 2)]
+    monkeypatch.setattr(training, "load_training_items", lambda name, cache=None: items)
+    out = tmp_path / "features"
+    base = ["drafters", "features", "--corpus", "tiny-train", "--target", str(setup[0]), "--out", str(out)]
+    caps = ["--max-prompt-tokens", "5", "--max-answer-tokens", "3", "--top-k", "4", "--dtype", "float32"]
+    assert main([*base, *caps, "--sequences", "40"]) == 0
+    record = json.loads((out / "features.json").read_text())["source"]["corpus"]
+    assert (record["max_prompt_tokens"], record["max_answer_tokens"], record["sequences"]) == (5, 3, 40)
+    first = features_path(out, 0).read_bytes()
+    f = load_features(features_path(out, 0))
+    starts, answers = f["offsets"].tolist(), f["answers"].tolist()
+    assert (
+        len(answers) == 32
+        and all(  # prompts at most 5 tokens, answers at most 3
+            a <= 5 and stop - start - a <= 3
+            for a, start, stop in zip(answers, starts, starts[1:], strict=False)
+        )
+    )
+    assert load_features(features_path(out, 1))["answers"].numel() == 8
+    assert (
+        main([*base, *caps, "--sequences", "70"]) == 0
+    )  # grows: the whole shard stays, the partial one is redone
+    assert features_path(out, 0).read_bytes() == first
+    assert [load_features(features_path(out, s))["answers"].numel() for s in range(3)] == [32, 32, 6]
+    grown = json.loads((out / "features.json").read_text())
+    assert grown["source"]["corpus"]["sequences"] == 70 and len(grown["grown_by"]) == 1
+    assert main([*base, "--max-prompt-tokens", "6", "--max-answer-tokens", "3", "--sequences", "70"]) == 2
+    assert main([*base, *caps, "--sequences", "71"]) == 2  # the set holds 70 items with a reference
+
+
 def test_bad_inputs_are_refused(setup, tiny_set, tmp_path):
     target_dir, folder = setup
     config, data = StageConfig(**SMALL), _generic(target_dir)
