@@ -288,7 +288,8 @@ def test_paired_runs_pairs_two_runs_prompt_by_prompt(tmp_path):
     is the ratio of the sums; runs of other prompts are refused."""
     flags = ("--max-new-tokens", "6", "--batch-size", "2")
     run_script("batch_efficiency", tmp_path / "a", *flags, "--methods", "chain:3/single", "binary:1/rrs")
-    b = run_script("batch_efficiency", tmp_path / "b", *flags, "--methods", "binary:1/rrs", "chain:2/single")
+    methods = ("binary:1/rrs", "chain:2/single", "hf-autoregressive")  # HF's: one prompt at a time, no pair
+    b = run_script("batch_efficiency", tmp_path / "b", *flags, "--methods", *methods)
     argv = sys.argv
     sys.argv = ["paired_runs", "--runs", str(tmp_path / "a" / "batch_efficiency.json")]
     sys.argv += [str(tmp_path / "b" / "batch_efficiency.json"), "--labels", "one", "two"]
