@@ -200,25 +200,27 @@ def compute_corpus_features(
         **provenance(),  # command, revision, versions, device, time
     }
     path = out / FEATURES
-    if path.is_file():
-        old = json.loads(path.read_text())
+    old = json.loads(path.read_text()) if path.is_file() else None
+    if old is not None:
         _check_same(old, record, out)
-        had = old["source"]["corpus"]["sequences"]
-        if sequences > had:  # a run grows: its whole shards stay as they are, a partial last one is redone
-            if had % shard_sequences:
-                features_path(out, had // shard_sequences).unlink(missing_ok=True)
-            old["source"]["corpus"]["sequences"] = sequences
-            old.setdefault("grown_by", []).append(record["command"])
-            path.write_text(json.dumps(old, indent=2) + "\n")
-    else:
-        path.write_text(json.dumps(record, indent=2) + "\n")
+    had = old["source"]["corpus"]["sequences"] if old is not None else sequences
+    # a run grows: its whole shards stay as they are, a partial last one is redone
+    redo = had // shard_sequences if sequences > had and had % shard_sequences else None
     shards = -(-sequences // shard_sequences)
-    missing = [s for s in range(shards) if not features_path(out, s).is_file()]
+    missing = [s for s in range(shards) if s == redo or not features_path(out, s).is_file()]
     if not missing:
         return out
     tokenizer = load_tokenizer(target_dir)
     items = {name: [it for it in load_training_items(name) if it[1]] for name in sets}
-    order = corpus_order([len(items[n]) for n in sets], seed, sequences)
+    order = corpus_order([len(items[n]) for n in sets], seed, sequences)  # refuses before anything changes
+    if old is None:
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    elif sequences > had:
+        if redo is not None:
+            features_path(out, redo).unlink(missing_ok=True)
+        old["source"]["corpus"]["sequences"] = sequences
+        old.setdefault("grown_by", []).append(record["command"])
+        path.write_text(json.dumps(old, indent=2) + "\n")
     target = load_model(target_dir, dtype)
     for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
         rows, answers = [], []

@@ -251,7 +251,10 @@ def test_corpus_features_keep_the_flags_caps_and_grow_regression(setup, tiny_set
     grown = json.loads((out / "features.json").read_text())
     assert grown["source"]["corpus"]["sequences"] == 70 and len(grown["grown_by"]) == 1
     assert main([*base, "--max-prompt-tokens", "6", "--max-answer-tokens", "3", "--sequences", "70"]) == 2
+    grown_shard = features_path(out, 2).read_bytes()
     assert main([*base, *caps, "--sequences", "71"]) == 2  # the set holds 70 items with a reference
+    assert json.loads((out / "features.json").read_text()) == grown  # refused before anything changed
+    assert features_path(out, 2).read_bytes() == grown_shard
 
 
 def test_bad_inputs_are_refused(setup, tiny_set, tmp_path):
