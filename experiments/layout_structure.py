@@ -6,6 +6,9 @@ little of the order matters, so this measures, per pair and k, where it does:
 - ``changed``: tokens where the optimal selection law F differs from p by more than 1e-6 relative (a drop or
   a rise of the running minima of h: F there needs the token's exact prefix), and ``changed_q``, their mass
   under q (the chance that a draft lands on one);
+- ``ranked``: those of them whose F is the increment of g over the token alone, g(P_{t+1}) − g(P_t) =
+  (1 − Q_t)^k − (1 − Q_t − q_t)^k (a drop or rise of one token): F and q name the mass Q_t before the token,
+  so the law itself ranks these tokens, and a layout that returns it has sorted them;
 - for ``drafts`` tokens drawn from q: ``prefixes``, the number of distinct prefixes whose curve sets a draft's
   window top (the arg max of :func:`~mdsd.verifiers.optimal.layout.window_tops`' crossings), and
   ``distance``, the median number of places between a draft and that prefix (1: its own predecessor).
@@ -29,7 +32,7 @@ import torch
 
 import mdsd
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
-from mdsd.verifiers.optimal.layout import iid_layout, prefix_crossings
+from mdsd.verifiers.optimal.layout import _rise, iid_layout, prefix_crossings
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ def measure(p: np.ndarray, q: np.ndarray, k: int, drafts: int, seed: int) -> dic
     lay = iid_layout(torch.as_tensor(p)[None], torch.as_tensor(q)[None], k)
     f, ps, qs = lay.f_sorted[0], torch.as_tensor(p)[lay.order[0]], lay.q_sorted[0]
     changed = (f - ps).abs() > 1e-6 * ps
+    alone = _rise(lay.tail_q[0, 1:], qs, k)[0]  # g(P_{t+1}) − g(P_t), as the layout forms it for one token
+    ranked = changed & (qs > 0) & ((f - alone).abs() <= 1e-12 * alone)
     tokens = torch.multinomial(
         torch.as_tensor(q), drafts, replacement=True, generator=torch.Generator().manual_seed(seed)
     )
@@ -71,6 +76,7 @@ def measure(p: np.ndarray, q: np.ndarray, k: int, drafts: int, seed: int) -> dic
     return {
         "changed": int(changed.sum()),
         "changed_q": float(qs[changed].sum()),
+        "ranked": int(ranked.sum()),
         "prefixes": int(prefix.unique().numel()),
         "distance": float((pos + 1 - prefix).double().median()),
     }
@@ -78,8 +84,9 @@ def measure(p: np.ndarray, q: np.ndarray, k: int, drafts: int, seed: int) -> dic
 
 def summary(rows: list[dict]) -> str:
     lines = [
-        "| k | pairs | tokens with F ≠ p | their q mass | prefixes setting window tops | median distance |",
-        "|---|---|---|---|---|---|",
+        "| k | pairs | tokens with F ≠ p | their q mass | ranked by F | prefixes setting window tops "
+        "| median distance |",
+        "|---|---|---|---|---|---|---|",
     ]
     for k in sorted({r["k"] for r in rows}):
         mine = [r for r in rows if r["k"] == k]
@@ -90,7 +97,8 @@ def summary(rows: list[dict]) -> str:
 
         lines.append(
             f"| {k} | {len(mine)} | {span('changed', '{:,}'.format)} | {span('changed_q', '{:.3f}'.format)} "
-            f"| {span('prefixes', str)} | {span('distance', '{:,.0f}'.format)} |"
+            f"| {span('ranked', '{:,}'.format)} | {span('prefixes', str)} "
+            f"| {span('distance', '{:,.0f}'.format)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import gzip
 import io
+import itertools
 import json
 import os
 import runpy
@@ -473,8 +474,34 @@ def test_optimal_wor_gap_quick(tmp_path):
     assert (tmp_path / "optimal_wor_gap.png").exists()
 
 
+def _ranked_exactly(p: np.ndarray, q: np.ndarray, k: int) -> int:
+    """Tokens (q > 0 here) that are a drop or a rise of the running minima of h_j = g(P_j) − p(P_j) by
+    themselves alone (h_t the minimum so far at a drop, h_{t+1} the minimum after at a rise) and whose F =
+    g(P_{t+1}) − g(P_t) differs from p by more than 1e-6 relative: in rational arithmetic."""
+    from fractions import Fraction
+
+    ps, qs = [Fraction(x) for x in p], [Fraction(x) for x in q]
+    order = sorted(range(p.size), key=lambda y: -ps[y] / qs[y])  # stable: ties in token order
+    tail_p, tail_q = [Fraction(0)], [Fraction(0)]
+    for y in reversed(order):
+        tail_p.append(tail_p[-1] + ps[y])
+        tail_q.append(tail_q[-1] + qs[y])
+    tail_p, tail_q = tail_p[::-1], tail_q[::-1]
+    h = [a - b**k for a, b in zip(tail_p, tail_q, strict=True)]
+    top, bottom = list(itertools.accumulate(h, min)), list(itertools.accumulate(h[::-1], min))[::-1]
+    count = 0
+    for t, y in enumerate(order):
+        alone = (top[t + 1] < top[t] and h[t] == top[t]) or (
+            bottom[t] < bottom[t + 1] and h[t + 1] == bottom[t + 1]
+        )
+        f = tail_q[t] ** k - tail_q[t + 1] ** k
+        count += alone and abs(f - ps[y]) > Fraction(1, 10**6) * ps[y]
+    return count
+
+
 def test_layout_structure_quick(tmp_path):
-    """The count of tokens where F differs from p, against the closed-form law of mdsd.otm.selection."""
+    """The counts of tokens where F differs from p and where F is g over the token alone (ranked by F),
+    against the closed-form law of mdsd.otm.selection."""
     from mdsd.otm.selection import optimal_selection_law
 
     rows = run_script("layout_structure", tmp_path)["rows"]
@@ -490,6 +517,7 @@ def test_layout_structure_quick(tmp_path):
             changed = np.abs(law - p) > 1e-6 * p
             assert row["changed"] == np.count_nonzero(changed)
             assert row["changed_q"] == pytest.approx(q[changed].sum(), rel=1e-9)
+            assert row["ranked"] == _ranked_exactly(p, q, k) and row["ranked"] >= 0.9 * row["changed"]
             assert 1 <= row["prefixes"] <= 50 and row["distance"] >= 1
     assert "| 4 | 2 |" in (tmp_path / "layout_structure.md").read_text()
 

@@ -141,3 +141,42 @@ def test_small_tokens_keep_their_relative_precision(k):
         assert abs(Fraction(f[token]) - exact[token]) <= 1e-12 * exact[token], (token, f[token])
     pair = pair_layout(lay)
     assert pair.tops[lay.rank[0, :2]].abs().max() < 1e-15  # the rounding of depths, not 1e-8
+
+
+def _v_shaped_row(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p, q, order): a row whose h = g(P_j) − p(P_j) falls strictly to the middle of the order and rises
+    strictly after it, so every token is a drop or a rise of one token. Along the order (a random
+    permutation of the tokens) q is random, and p is (1 ± c) times the increment g(P_{j+1}) − g(P_j), whose
+    ratio to q, the mean of k x^{k−1} over the token's interval of tails, falls along the order."""
+    rng = np.random.default_rng(seed)
+    qs = rng.dirichlet(np.ones(n))
+    tails = np.append(np.cumsum(qs[::-1])[::-1], 0.0)
+    inc = tails[:-1] ** k - tails[1:] ** k
+    half = n // 2
+    c = 0.5
+    ps = inc * np.where(np.arange(n) < half, 1 + c, 1 - c * inc[:half].sum() / inc[half:].sum())
+    order = rng.permutation(n)
+    p, q = np.empty(n), np.empty(n)
+    p[order], q[order] = ps / ps.sum(), qs
+    return p, q, order
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_the_law_names_every_tokens_place(k):
+    """Why the layout is not sort-free (its docstring): on a row where h falls and then rises at every
+    token, F at each token is g(P_{t+1}) − g(P_t) = (1 − Q_t)^k − (1 − Q_t − q_t)^k, which names the mass
+    Q_t of the tokens before it; F and q alone give back the whole order. So a layout that returns this F
+    has ranked every token: an exact bucketed layout refines every bucket of this row, which is the sort."""
+    p, q, order = _v_shaped_row(400, k, seed=k)
+    lay = iid_layout(torch.tensor(p)[None], torch.tensor(q)[None], k)
+    assert torch.equal(lay.order[0], torch.tensor(order))
+    f = lay.target[0].numpy()
+    tails = np.append(np.cumsum(q[order][::-1])[::-1], 0.0)
+    np.testing.assert_allclose(f[order], tails[:-1] ** k - tails[1:] ** k, rtol=1e-9, atol=0)
+    assert (np.abs(f - p) > 1e-3 * p).all()  # no token keeps F = p
+    lo, hi = np.zeros_like(q), 1.0 - q  # Q_t from F(t) = (1 − Q)^k − (1 − Q − q)^k, falling in Q
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        above = (1 - mid) ** k - np.clip(1 - mid - q, 0, None) ** k > f
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    np.testing.assert_array_equal(np.argsort(0.5 * (lo + hi), kind="stable"), order)
