@@ -3,7 +3,7 @@
 mdsd drafters distill --out DIR [--prompts 4096 ...]     # the target's answers to training prompts
 mdsd drafters features --distilled DIR --out FEATURES   # the target's features and laws at every position
 mdsd drafters features --corpus chat-train code-train --out FEATURES   # ... of reference answers
-mdsd drafters train --features FEATURES --out HEAD [--loss kl|tv|alpha] [--resume]   # a feature head
+mdsd drafters train --features FEATURES [MORE ...] --out HEAD [--loss kl|tv|alpha] [--resume]   # a head
 mdsd drafters pretrain --out SMALL [--corpus chat-train code-train] [--resume]   # a small drafter, stage P
 mdsd drafters finetune --distilled DIR --out SMALL [--init PRETRAINED] [--shards N]   # stage F (P→F: --init)
 
@@ -66,7 +66,12 @@ def add_parser(subparsers) -> None:
     features.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     train = actions.add_parser("train", help="train a feature head (runs under torchrun too)")
     add_config_arguments(train, TrainConfig)
-    train.add_argument("--features", required=True, help="a mdsd drafters features folder")
+    train.add_argument(
+        "--features",
+        required=True,
+        nargs="+",
+        help="mdsd drafters features folders (their sequences together)",
+    )
     train.add_argument("--out", required=True, help="folder of the head, its checkpoint and learning curve")
     train.add_argument(
         "--target", default="qwen2.5-coder", help="the features' target (a directory or a pair)"

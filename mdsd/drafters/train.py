@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,27 +113,59 @@ class TrainConfig:
 
 
 class HeadData:
-    """The positions of a features folder, split into training and held-out sequences."""
+    """The positions of one or several features folders, split into training and held-out sequences.
 
-    def __init__(self, folder: str | os.PathLike, held_out: float, seed: int) -> None:
-        folder = Path(folder)
-        if not (folder / FEATURES).is_file():
-            raise FileNotFoundError(f"{folder}: no features ({FEATURES}); run mdsd drafters features first")
-        self.record = json.loads((folder / FEATURES).read_text())
-        files = sorted(folder.glob("features-*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"{folder}: no features files yet")
-        self.files = [load_features(f) for f in files]
-        self.sequences: dict[str, list[tuple[int, int, int]]] = {"train": [], "held_out": []}
-        for i, (path, arrays) in enumerate(zip(files, self.files, strict=True)):
-            offsets = arrays["offsets"].tolist()
-            for r in range(len(offsets) - 1):
-                digest = hashlib.sha256(f"{seed}:{path.name}:{r}".encode()).digest()
-                part = "held_out" if int.from_bytes(digest[:8], "big") / 2**64 < held_out else "train"
-                self.sequences[part].append((i, offsets[r], offsets[r + 1]))
+    Row r of a folder's file ``features-00012.safetensors`` is held out when the seeded hash of (seed, file
+    name, r) falls below ``held_out``: a folder's split does not depend on the folders beside it, so a head
+    trained on a corpus and one trained on the corpus plus a distilled run hold out the same corpus
+    sequences. The folders must come from one target and keep the same top-K; held-out sequences are
+    listed taking turns between the folders, so the first positions of a learning curve read them all.
+    """
+
+    def __init__(
+        self, folders: str | os.PathLike | Sequence[str | os.PathLike], held_out: float, seed: int
+    ) -> None:
+        folders = [Path(folders)] if isinstance(folders, str | os.PathLike) else [Path(f) for f in folders]
+        if not folders:
+            raise ValueError("--features: name at least one features folder")
+        self.records, self.files = [], []
+        per_folder: list[dict[str, list[tuple[int, int, int]]]] = []
+        for folder in folders:
+            if not (folder / FEATURES).is_file():
+                raise FileNotFoundError(
+                    f"{folder}: no features ({FEATURES}); run mdsd drafters features first"
+                )
+            record = json.loads((folder / FEATURES).read_text())
+            if self.records and (record["target"]["weights_sha256"], record["top_k"]) != (
+                self.records[0]["target"]["weights_sha256"],
+                self.records[0]["top_k"],
+            ):
+                raise ValueError(
+                    f"--features: {folder} was read by another target or top-K than {folders[0]}"
+                )
+            self.records.append(record)
+            files = sorted(folder.glob("features-*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"{folder}: no features files yet")
+            split: dict[str, list[tuple[int, int, int]]] = {"train": [], "held_out": []}
+            for path in files:
+                arrays, i = load_features(path), len(self.files)
+                self.files.append(arrays)
+                offsets = arrays["offsets"].tolist()
+                for r in range(len(offsets) - 1):
+                    digest = hashlib.sha256(f"{seed}:{path.name}:{r}".encode()).digest()
+                    part = "held_out" if int.from_bytes(digest[:8], "big") / 2**64 < held_out else "train"
+                    split[part].append((i, offsets[r], offsets[r + 1]))
+            per_folder.append(split)
+        self.record = self.records[0]
+        self.sources = [r["source"] for r in self.records]
+        self.sequences: dict[str, list[tuple[int, int, int]]] = {
+            part: [s for turn in itertools.zip_longest(*(f[part] for f in per_folder)) for s in turn if s]
+            for part in ("train", "held_out")
+        }
         if not self.sequences["train"] or not self.sequences["held_out"]:
             raise ValueError(
-                f"{folder}: too few sequences ({sum(map(len, self.sequences.values()))}) to hold some out"
+                f"{folders[0]}: too few sequences ({sum(map(len, self.sequences.values()))}) to hold some out"
             )
         self.hidden_size = int(self.files[0]["hidden"].shape[1])
 
@@ -248,7 +282,7 @@ def evaluate(
 
 def train(
     config: TrainConfig,
-    features: str | os.PathLike,
+    features: str | os.PathLike | Sequence[str | os.PathLike],
     target_dir: str | os.PathLike,
     out: str | os.PathLike,
     resume: bool = False,
@@ -256,8 +290,9 @@ def train(
     dtype: str = "float32",
     progress: bool = True,
 ) -> Path:
-    """Train a head (module docstring) on the features in ``features`` for the target in ``target_dir``;
-    write it, its checkpoint and its learning curve into ``out``; returns ``out``."""
+    """Train a head (module docstring) on the features in ``features`` (a folder, or several: their
+    sequences together) for the target in ``target_dir``; write it, its checkpoint and its learning curve
+    into ``out``; returns ``out``."""
     from tqdm import tqdm
 
     from mdsd.hf import describe_model, load_model
@@ -272,7 +307,8 @@ def train(
             f"{out} holds a checkpoint of an earlier run: pass --resume to continue it, or another --out"
         )
     torch.manual_seed(config.seed)
-    data = HeadData(features, config.held_out, config.seed)
+    folders = [str(features)] if isinstance(features, str | os.PathLike) else [str(f) for f in features]
+    data = HeadData(folders, config.held_out, config.seed)
     described = describe_model(target_dir)
     if described["weights_sha256"] != data.record["target"]["weights_sha256"]:
         raise ValueError(
@@ -292,7 +328,8 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _rate(config, step))
     step, curve = 0, []
     rng = np.random.default_rng([config.seed, rank])
-    key = {"config": dataclasses.asdict(config), "features": data.record["source"], "world": world}
+    sources = data.sources[0] if len(data.sources) == 1 else data.sources  # one folder: as before
+    key = {"config": dataclasses.asdict(config), "features": sources, "world": world}
     if resume:
         saved = torch.load(checkpoint, weights_only=False)
         if saved["key"] != key:
@@ -353,7 +390,7 @@ def train(
         head.save(out)
         payload = {
             "config": dataclasses.asdict(config),
-            "features": str(features),
+            "features": folders[0] if len(folders) == 1 else folders,  # one folder: a string, as before
             "data": {"train_tokens": data.tokens("train"), "held_out_tokens": data.tokens("held_out")},
             "target": described,
             "processes": world,

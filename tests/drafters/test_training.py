@@ -246,3 +246,63 @@ def test_held_out_acceptance_is_exact_and_one_for_the_target_itself(setup, tmp_p
         own["alpha_4"][: mine["alpha_4"].size], mine["alpha_4"], mine["sequence"]
     )
     assert low <= mean <= high and mean > 0
+
+
+def _second_folder(setup, root: Path, target=None) -> Path:
+    """The features of 24 more sequences of the tiny target (or of ``target``'s), as a second folder."""
+    target_dir, features = setup
+    model = mdsd.hf.load_model(target_dir)
+    prompts = [[(5 * i + 1) % 24] for i in range(24)]
+    outs = mdsd.TreeDecoder(model, None, None, temperature=1.0).generate_batch(
+        prompts, 20, torch.Generator().manual_seed(1)
+    )
+    folder = root / "more"
+    folder.mkdir()
+    write_features(
+        features_path(folder, 0),
+        model,
+        [p + o.tokens.tolist() for p, o in zip(prompts, outs, strict=True)],
+        [1] * 24,
+        top_k=8,
+    )
+    record = json.loads((features / FEATURES).read_text()) | {"source": {"tiny": "more"}}
+    if target is not None:
+        record["target"] = describe_model(target)
+    (folder / FEATURES).write_text(json.dumps(record))
+    return folder
+
+
+def test_several_folders_train_one_head(setup, tmp_path):
+    """Two folders: each keeps the split it has alone, held-out sequences take turns, training reads both
+    (the CLI; its record names both), a checkpoint of one folder's run does not resume on two, and folders of
+    another target are refused."""
+    target_dir, features = setup
+    more = _second_folder(setup, tmp_path)
+    alone, both = HeadData(features, 0.2, 0), HeadData([features, more], 0.2, 0)
+    first = len(alone.files)
+    for part in ("train", "held_out"):
+        mine = [s for s in both.sequences[part] if s[0] < first]
+        assert sorted(mine) == sorted(alone.sequences[part])
+        assert sorted(s for s in both.sequences[part] if s[0] >= first) == sorted(
+            (i + first, a, b) for i, a, b in HeadData(more, 0.2, 0).sequences[part]
+        )
+    turns = [s[0] >= first for s in both.sequences["held_out"]]
+    shorter = min(turns.count(True), turns.count(False))
+    assert turns[: 2 * shorter] == [i % 2 == 1 for i in range(2 * shorter)]
+    from mdsd.cli import main
+
+    command = ["drafters", "train", "--features", str(features), str(more), "--target", str(target_dir)]
+    command += ["--out", str(tmp_path / "both"), "--dtype", "float32"]
+    assert main(command + [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]) == 0
+    config = TrainConfig(**SMALL)
+    log = json.loads((tmp_path / "both" / TRAINING).read_text())
+    assert log["features"] == [str(features), str(more)]
+    assert log["data"]["train_tokens"] == both.tokens("train")
+    train(config, features, target_dir, tmp_path / "one", progress=False)
+    with pytest.raises(ValueError, match="another config, data"):
+        train(config, [features, more], target_dir, tmp_path / "one", resume=True, progress=False)
+    other = tmp_path / "other"
+    tiny_lm(1, vocab=24).save_pretrained(other)
+    (tmp_path / "x").mkdir()
+    with pytest.raises(ValueError, match="--features: .* another target"):
+        HeadData([features, _second_folder(setup, tmp_path / "x", other)], 0.2, 0)
