@@ -59,21 +59,21 @@ the tests, and the kernels against the host reference (:mod:`mdsd.verifiers.refe
 **Why not sort-free.** A bucketed layout (tokens grouped by their ratio, only the buckets that hold a window
 boundary put in order) cannot return this F without sorting, and here is a row on which it must sort every
 token. Where a token is a drop or a rise of h by itself alone, F(y_t) = g(P_{t+1}) − g(P_t) = (1 − Q_t)^k −
-(1 − Q_t − q_t)^k, strictly falling in Q_t for k ≥ 2: F and q name the mass Q_t of the tokens before y_t,
-and so the token's place. Take q random and p = (1 + c) times that increment of g along a random order up
-to its middle and (1 − c') times it after (c' making p sum to 1): p/q falls along the order, h falls
-strictly and then rises strictly, every token is such a drop or rise, and F read back through Q_t gives the
-whole order (tests/verifiers/optimal/test_layout.py, ``test_the_law_names_every_tokens_place``). Any
-layout exact to "same F" has then ranked all V tokens, which is what the sort does. Real rows are close to
-it: on 8 recorded Qwen2.5-Coder positions (V = 151,936, k = 2 and 4) F differs from p by more than 1e-6
-relative on 11,000-152,000 tokens (over 60% of q's mass in 11 of the 16 cases), and almost all of them are
+(1 − Q_t − q_t)^k, strictly falling in Q_t for k ≥ 2: F and q name the mass Q_t of the tokens before y_t, and
+so the token's place. Take q random and p = (1 + c) times that increment of g along a random order up to its
+middle and (1 − c') times it after (c' making p sum to 1): p/q falls along the order, h falls strictly and
+then rises strictly, every token is such a drop or rise, and F read back through Q_t gives the whole order
+(tests/verifiers/optimal/test_layout.py, ``test_the_law_names_every_tokens_place``). Any layout exact to
+"same F" has then ranked all V tokens, which is what the sort does. Real rows are close to it: on 8 recorded
+Qwen2.5-Coder positions (V = 151,936, k = 2 and 4) F differs from p by more than 1e-6 relative on
+11,000-152,000 tokens (over 60% of q's mass in 11 of the 16 cases), and all but at most 4 of them a row are
 ranked so by F (results/layout_structure). The drafts' windows read the order far from the drafts too: a
 window top is the token's crossing with the envelope of all earlier curves, and over 400 drafts a row the
 maximising prefixes were 2-123 distinct ones, a median 1-29,000 places before the draft. So the sort (a
-stable radix sort of 64-bit keys) stays, as the floor of the kernel's cost. Not settled: a verdict reads
-less than F (F at the selected draft, one draw of the residual, k windows); the residual draw alone is a
-select (the first prefix where h falls below a threshold), but the windows' envelope runs over every
-prefix, and no way to have them without the order is known here.
+stable radix sort of 64-bit keys) stays, as the floor of the kernel's cost. Not settled: a verdict reads less
+than F (F at the selected draft, one draw of the residual, k windows); the residual draw alone is a select
+(the first prefix where h falls below a threshold), but the windows' envelope runs over every prefix, and no
+way to have them without the order is known here.
 
 All arithmetic is float64 and (a + b)^k − a^k is expanded without cancellation. A window of mass q and
 value F moves by ~ΔF / (k q) when F moves by ΔF, so F must keep its *relative* precision: at a drop or a
