@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BENCHMARKS = (ROOT / "BENCHMARKS.md").read_text()
-NUMBER = r"(\d+(?:\.\d+)?)"
+NUMBER = r"(\d+(?:\.\d+)?(?:e-?\d+)?)"
 
 
 def _load(path: str) -> dict:
@@ -33,8 +33,13 @@ def _quoted(text: str, pattern: str) -> tuple[str, ...]:
 
 
 def _agrees(printed: str, value: float) -> bool:
-    """``value`` rounded to ``printed``'s decimals is ``printed``."""
-    return f"{value:.{len(printed.partition('.')[2])}f}" == printed
+    """``value`` rounded to ``printed``'s decimals is ``printed`` (``4.6e-6``: in scientific notation)."""
+    mantissa, e, exponent = printed.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    if not e:
+        return f"{value:.{decimals}f}" == printed
+    rounded, _, power = f"{value:.{decimals}e}".partition("e")
+    return (rounded, int(power)) == (mantissa, int(exponent))
 
 
 # results/gpu/speedups_h200-forwards.json: B = 1, the two models' captured forwards alone
@@ -203,3 +208,147 @@ def test_the_sampled_drafters_table_is_the_file():
             figures = (r["tokens_per_forward"], *r["ci95"])
             for number, value in zip(re.findall(NUMBER, printed), figures, strict=True):
                 assert _agrees(number, value), (name, s, printed)
+
+
+def test_the_readme_min_cut_dual_timings_are_the_otm_file():
+    """README's min-cut dual at n = 151,936, one call and the batched table: benchmarks/results/otm.json."""
+    rows = _load("benchmarks/results/otm.json")["rows"]
+    (single,) = [
+        r
+        for r in rows
+        if (r["section"], r["law"], r.get("k"), r["method"], r["n"]) == ("single", "iid", 2, "dual", 151_936)
+    ]
+    (batched,) = [r for r in rows if r["section"] == "batched"]
+    ms, pairs, seconds = _quoted(
+        README,
+        "computes α* at n = 151,936 in {} ms (IID, k = 2); {} real-size pairs, IID k = 1..8 and "
+        "WithoutReplacement k = 2, take {} s in one call.",
+    )
+    assert _agrees(ms, 1e3 * single["seconds"])
+    assert int(pairs) == batched["rows"] and batched["n"] == 151_936
+    assert _agrees(seconds, batched["seconds"])
+
+
+def test_the_readme_optimal_verifiers_exact_acceptance_is_the_files():
+    """README's optimal verifier against α*_iid: results/real_acceptance_optimal/real_acceptance.json (corpus)
+    and results/real_acceptance_full_vocab_optimal/real_acceptance.json (V = 151,936). The files hold each
+    (T, k)'s mean per-position gap, not the per-position gaps: the figure is the largest of those means."""
+    corpus, full, rrs, kseq, optimal = _quoted(
+        README,
+        "on the bundled real corpus (its mean over the positions within {} at every T and k) and at V = "
+        "151,936 to {} (T = 1, k = 8: RRS {}, K-SEQ {}, optimal {}).",
+    )
+    for printed, folder in (
+        (corpus, "real_acceptance_optimal"),
+        (full, "real_acceptance_full_vocab_optimal"),
+    ):
+        rows = _load(f"results/{folder}/real_acceptance.json")["rows"]
+        gaps = [abs(r["gap_to_own_optimum"]) for r in rows if r["name"] == "optimal"]
+        assert len(gaps) == 24 and _agrees(printed, max(gaps)), (folder, printed, max(gaps))
+    mean = {
+        r["name"]: r["mean"]
+        for r in _load("results/real_acceptance_full_vocab_optimal/real_acceptance.json")["rows"]
+        if (r["temperature"], r["k"], r["kind"]) == (1.0, 8, "verifier")
+    }
+    for printed, name in ((rrs, "rrs"), (kseq, "kseq"), (optimal, "optimal")):
+        assert _agrees(printed, mean[name]), (name, printed, mean[name])
+
+
+def test_the_readme_luce_rules_gaps_are_the_files():
+    """README's Luce rule against α*_wor: results/optimal_wor_gap_luce/optimal_wor_gap.json (corpus: the
+    range of the per-(T, k) mean gaps, the worst pair) and results/optimal_wor_gap_luce_full_vocab (the
+    worst of its cases)."""
+    low, high, worst, full_worst, cases = _quoted(
+        README,
+        "the Luce rule sits {}–{} below α*_wor on average on the corpus (worst {}), {} at worst over {} "
+        "full-vocabulary cases;",
+    )
+    rows = _load("results/optimal_wor_gap_luce/optimal_wor_gap.json")["rows"]
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["temperature"], r["k"]), []).append(r["alpha_wor"] - r["luce"])
+    means = [sum(g) / len(g) for g in groups.values()]
+    assert _agrees(low, min(means)) and _agrees(high, max(means)), (min(means), max(means))
+    assert _agrees(worst, max(max(g) for g in groups.values()))
+    full = _load("results/optimal_wor_gap_luce_full_vocab/optimal_wor_gap.json")["rows"]
+    assert int(cases) == len(full)
+    assert _agrees(full_worst, max(r["alpha_wor"] - r["luce"] for r in full))
+
+
+def test_the_readme_luce_rules_node_times_are_the_file():
+    """README's and BENCHMARKS' Luce rule a node, median (and worst) over 8 recorded positions:
+    benchmarks/results/luce_recorded.json."""
+    median = _load("benchmarks/results/luce_recorded.json")["summary"]["luce_s_per_node"]
+    printed = _quoted(
+        README, "a median {} s at k = 2 (its law in closed form), {} s at k = 3 and {} s at k = 4"
+    )
+    for k, figure in zip("234", printed, strict=True):
+        assert median[k]["pairs"] == 8 and _agrees(figure, median[k]["median"]), k
+    short = _quoted(BENCHMARKS, "**a median {} s at k = 2**")
+    short += _quoted(BENCHMARKS, "**{} s at k = 3 and {} s at k = 4** (worst {} / {} / {} s;")
+    for k, middle, worst in zip("234", short[:3], short[3:], strict=True):
+        assert _agrees(middle, median[k]["median"]) and _agrees(worst, median[k]["max"]), k
+
+
+def test_the_readme_h200_figures_are_the_sessions_files():
+    """README's H200 bullet: forwards from benchmarks/results/gpu_fast_h200_1128.json, a head's ratio from
+    gpu_fast_h200_1128_heads.json, AR like for like from gpu_fast_h200_1128_ar_hf.json, host reads from
+    gpu_fast_h200_1128_checks.json."""
+    forwards = _load("benchmarks/results/gpu_fast_h200_1128.json")["forwards"]
+    captured = {
+        r["model"]: r["captured_ms"]
+        for r in forwards
+        if (r["B"], r["tokens"]) == (1, 1) and "captured_ms" in r
+    }
+    target, draft = _quoted(README, "a captured target forward costs {} ms and a draft forward {} ms;")
+    assert _agrees(target, captured["target"]) and _agrees(draft, captured["draft"])
+
+    heads = [
+        r for r in _load("benchmarks/results/gpu_fast_h200_1128_heads.json")["heads"] if r["model"] == "head"
+    ]
+    ratios = [r[key] for r in heads for key in ("ratio_captured", "ratio_fused") if key in r]
+    low, high = _quoted(README, "a feature head's forward {}–{} of the target's;")
+    assert _agrees(low, min(ratios)) and _agrees(high, max(ratios)), (min(ratios), max(ratios))
+
+    ar = {
+        r["method"]: r["tokens_per_second"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1128_ar_hf.json")["ar_hf"]
+        if r["batch"] == 1
+    }
+    fused, hf, ratio = _quoted(
+        README, "runs at {} tokens/s fused against {} for HF's static-cache `generate` ({}×);"
+    )
+    assert _agrees(fused, ar["mdsd-inductor-cudagraph"]) and _agrees(hf, ar["hf-generate-static"])
+    assert _agrees(ratio, ar["mdsd-inductor-cudagraph"] / ar["hf-generate-static"])
+
+    syncs = [
+        r for r in _load("benchmarks/results/gpu_fast_h200_1128_checks.json")["syncs"] if "error" not in r
+    ]
+    _quoted(README, "a decode reads the host once per step plus five times.")
+    assert syncs and all((r["per_step"], r["per_decode"]) == (1, 5) for r in syncs)
+
+
+def test_the_readme_real_pair_against_hf_assisted_is_the_file():
+    """README's real pair on the CPU at T = 0.6: results/batch_efficiency/batch_efficiency.json, tokens per
+    target forward and tokens/s."""
+    rows = {
+        r["method"]: r
+        for r in _load("results/batch_efficiency/batch_efficiency.json")["rows"]
+        if r["temperature"] == 0.6
+    }
+    greedy, rrsw, hf, heuristic, ar = _quoted(
+        README,
+        "dynamic trees reach {} (greedy) and {} (RRSw) tokens per target forward against HF assisted "
+        "generation's {} and {}, but autoregressive sampling ({} tok/s) is faster there than every "
+        "speculative method.",
+    )
+    for printed, method in (
+        (greedy, "dynamic:8,2,3,24/greedy"),
+        (rrsw, "dynamic:8,2,3,24/rrsw"),
+        (hf, "hf-assisted"),
+        (heuristic, "hf-assisted-heuristic"),
+    ):
+        r = rows[method]
+        assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
+    fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
+    assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
