@@ -7,6 +7,8 @@ rounded twice, fails here.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import re
 from pathlib import Path
@@ -16,7 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BENCHMARKS = (ROOT / "BENCHMARKS.md").read_text()
-NUMBER = r"(\d+(?:\.\d+)?(?:e-?\d+)?)"
+# the rows of BENCHMARKS.md's "## Summary" table
+SUMMARY = BENCHMARKS.split("| figure | measured on | section |")[1].split("## Verifiers and the optimum")[0]
+# a number: 5.1, 4.6e-6, or grouped by thousands (2,100; not 1,0264)
+NUMBER = r"(\d{1,3}(?:,\d{3})+(?![\d.])|\d+(?:\.\d+)?(?:e-?\d+)?)"
 
 
 def _load(path: str) -> dict:
@@ -33,7 +38,13 @@ def _quoted(text: str, pattern: str) -> tuple[str, ...]:
 
 
 def _agrees(printed: str, value: float) -> bool:
-    """``value`` rounded to ``printed``'s decimals is ``printed`` (``4.6e-6``: in scientific notation)."""
+    """``value`` rounded to ``printed``'s decimals is ``printed`` (``4.6e-6``: in scientific notation;
+    ``2,100``, grouped by thousands: rounded at its last non-zero digit, so 2,096.6 matches and 2,046 does
+    not)."""
+    if "," in printed:
+        digits = printed.replace(",", "")
+        unit = 10 ** (len(digits) - len(digits.rstrip("0")))
+        return round(value / unit) * unit == int(digits)
     mantissa, e, exponent = printed.partition("e")
     decimals = len(mantissa.partition(".")[2])
     if not e:
@@ -254,6 +265,14 @@ def test_the_readme_optimal_verifiers_exact_acceptance_is_the_files():
         assert _agrees(printed, mean[name]), (name, printed, mean[name])
 
 
+def _luce_corpus_gaps() -> dict[tuple, list[float]]:
+    """α*_wor − the Luce rule's acceptance per (T, k): results/optimal_wor_gap_luce/optimal_wor_gap.json."""
+    groups: dict[tuple, list[float]] = {}
+    for r in _load("results/optimal_wor_gap_luce/optimal_wor_gap.json")["rows"]:
+        groups.setdefault((r["temperature"], r["k"]), []).append(r["alpha_wor"] - r["luce"])
+    return groups
+
+
 def test_the_readme_luce_rules_gaps_are_the_files():
     """README's Luce rule against α*_wor: results/optimal_wor_gap_luce/optimal_wor_gap.json (corpus: the
     range of the per-(T, k) mean gaps, the worst pair) and results/optimal_wor_gap_luce_full_vocab (the
@@ -263,10 +282,7 @@ def test_the_readme_luce_rules_gaps_are_the_files():
         "the Luce rule sits {}–{} below α*_wor on average on the corpus (worst {}), {} at worst over {} "
         "full-vocabulary cases;",
     )
-    rows = _load("results/optimal_wor_gap_luce/optimal_wor_gap.json")["rows"]
-    groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        groups.setdefault((r["temperature"], r["k"]), []).append(r["alpha_wor"] - r["luce"])
+    groups = _luce_corpus_gaps()
     means = [sum(g) / len(g) for g in groups.values()]
     assert _agrees(low, min(means)) and _agrees(high, max(means)), (min(means), max(means))
     assert _agrees(worst, max(max(g) for g in groups.values()))
@@ -352,3 +368,449 @@ def test_the_readme_real_pair_against_hf_assisted_is_the_file():
         assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
     fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
     assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
+
+
+def _ratio_range(values: list[float], low: str, high: str) -> bool:
+    """``low``–``high`` is the range of ``values`` at the printed precision."""
+    return _agrees(low, min(values)) and _agrees(high, max(values))
+
+
+def test_summary_min_cut_dual_timings_are_the_otm_file():
+    """BENCHMARKS.md's Summary, the dual's timings at n = 151,936: benchmarks/results/otm.json (single calls
+    and the batched table)."""
+    rows = _load("benchmarks/results/otm.json")["rows"]
+    n, iid, wor, pairs, seconds = _quoted(
+        SUMMARY,
+        "α* by the min-cut dual at n = {}: {} ms (IID, k = 2), {} s (WithoutReplacement, k = 4); {} pairs, "
+        "IID k = 1..8 and WithoutReplacement k = 2, **{} s** in one call",
+    )
+    single = {(r["law"], r["k"]): r for r in rows if r["section"] == "single" and r["method"] == "dual"}
+    (batched,) = [r for r in rows if r["section"] == "batched"]
+    assert {r["n"] for r in single.values()} == {batched["n"]} == {int(n.replace(",", ""))}
+    assert _agrees(iid, 1e3 * single[("iid", 2)]["seconds"])
+    assert _agrees(wor, single[("without_replacement", 4)]["seconds"])
+    assert int(pairs) == batched["rows"] and _agrees(seconds, batched["seconds"])
+
+
+def test_summary_dual_against_the_other_solvers_is_the_otm_file():
+    """BENCHMARKS.md's Summary, the dual's speedup over each solver at the largest n they share: the sweep of
+    benchmarks/results/otm.json, recomputed from its times."""
+    sweep = {
+        (r["method"], r["n"]): r["seconds"]
+        for r in _load("benchmarks/results/otm.json")["rows"]
+        if r["section"] == "sweep"
+    }
+    found = _quoted(
+        SUMMARY,
+        "the dual against the other solvers: **{}×** the LP (n = {}), **{}×** max-flow (n = {}), **{}×** the "
+        "coupling LP (n = {})",
+    )
+    for printed, n, method in zip(found[::2], found[1::2], ("lp", "maxflow", "coupling"), strict=True):
+        largest = max(m for (name, m) in sweep if name == method)
+        assert int(n) == largest, (method, n, largest)
+        assert _agrees(printed, sweep[(method, largest)] / sweep[("dual", largest)]), (method, printed)
+
+
+def test_summary_verifier_kernels_are_the_verify_files():
+    """BENCHMARKS.md's Summary, the kernels at batch 1024: benchmarks/results/verify.json
+    (``verify_unchecked`` in memory passes) against verify_before.json (the first release's validated
+    ``verify``). The range of "cheaper" is over every verifier, K-SEQ included (its 3.9× is the low end);
+    "~90" is K-SEQ's median at the tens, "1–30" the range of the others but SpecHub's, 30 at the tens."""
+    (batch,) = _quoted(SUMMARY, "| verifier kernels at batch {}:")
+    fewest, most, spechub, kseq, low, high = _quoted(
+        SUMMARY,
+        "{}–{} memory passes per node (SpecHub {}, K-SEQ ~{}), {}–{}× cheaper than the validated call of the "
+        "first release",
+    )
+    now = {
+        (r["verifier"], r["k"]): r
+        for r in _load("benchmarks/results/verify.json")["rows"]
+        if r["section"] == "verify" and r["batch"] == int(batch)
+    }
+    before = {
+        (r["verifier"], r["k"]): r
+        for r in _load("benchmarks/results/verify_before.json")["rows"]
+        if r.get("section") == "verify" and r["batch"] == int(batch)
+    }
+    passes = sorted(r["kernel_ratio"] for (name, _), r in now.items() if name == "kseq")
+    assert len(passes) == 3 and round(passes[1] / 10) * 10 == int(kseq), passes
+    others = [r["kernel_ratio"] for (name, _), r in now.items() if name not in ("kseq", "spechub")]
+    assert _agrees(fewest, min(others)) and round(max(others) / 10) * 10 == int(most), others
+    assert _agrees(spechub, now[("spechub", 2)]["kernel_ratio"])
+    assert now.keys() == before.keys()
+    cheaper = [before[key]["checked_ratio"] / r["kernel_ratio"] for key, r in now.items()]
+    assert _ratio_range(cheaper, low, high), (min(cheaper), max(cheaper))
+
+
+def test_summary_optimal_verifiers_exact_acceptance_is_the_files():
+    """BENCHMARKS.md's Summary, the optimal verifier against α*_iid: results/real_acceptance_optimal (corpus)
+    and results/real_acceptance_full_vocab_optimal (V = 151,936), real_acceptance.json; the largest of the
+    per-(T, k) mean gaps."""
+    positions, corpus, full, rrs, kseq, optimal = _quoted(
+        SUMMARY,
+        "means over {} corpus positions within {} at every T and k, {} at V = 151,936 (T = 1, k = 8: RRS {}, "
+        "K-SEQ {}, optimal {})",
+    )
+    for printed, folder in (
+        (corpus, "real_acceptance_optimal"),
+        (full, "real_acceptance_full_vocab_optimal"),
+    ):
+        rows = _load(f"results/{folder}/real_acceptance.json")["rows"]
+        gaps = [abs(r["gap_to_own_optimum"]) for r in rows if r["name"] == "optimal"]
+        assert len(gaps) == 24 and _agrees(printed, max(gaps)), (folder, printed, max(gaps))
+        if folder == "real_acceptance_optimal":
+            assert {r["positions"] for r in rows} == {int(positions.replace(",", ""))}
+    mean = {
+        r["name"]: r["mean"]
+        for r in _load("results/real_acceptance_full_vocab_optimal/real_acceptance.json")["rows"]
+        if (r["temperature"], r["k"], r["kind"]) == (1.0, 8, "verifier")
+    }
+    for printed, name in ((rrs, "rrs"), (kseq, "kseq"), (optimal, "optimal")):
+        assert _agrees(printed, mean[name]), (name, printed, mean[name])
+
+
+def _optimal_rows(path: str, batch: int | None = None) -> dict[tuple[int, int], dict]:
+    """The i.i.d. optimal verifier's rows of a bench_optimal.py file, by (batch, k)."""
+    return {
+        (r["batch"], r["k"]): r
+        for r in _load(path)["rows"]
+        if r["section"] == "verify" and r["verifier"] == "optimal" and batch in (None, r["batch"])
+    }
+
+
+def test_summary_optimal_verifiers_node_is_the_files():
+    """BENCHMARKS.md's Summary, the optimal verifier's node: × RRS on the CPU from benchmarks/results/
+    optimal.json, the slabs from optimal_slabs_before.json and optimal_slabs.json, the H100 from
+    optimal_cuda.json, the H200's inductor row from optimal_cuda_h200.json, the ops from optimal_ops.json and
+    optimal_ops_before.json (k = 2, B = 1)."""
+    cpu_low, cpu_high, faster_low, faster_high, slab_low, slab_high = _quoted(
+        SUMMARY,
+        "the optimal verifier's node: {}-{}× RRS on the CPU (since 2026-11-29 one row a slab: {}-{}× faster "
+        "than before on the same box, {}-{}× RRS there);",
+    )
+    cpu = [r["vs_rrs"] for r in _optimal_rows("benchmarks/results/optimal.json").values()]
+    assert _ratio_range(cpu, cpu_low, cpu_high), (min(cpu), max(cpu))
+    before = _optimal_rows("benchmarks/results/optimal_slabs_before.json")
+    after = _optimal_rows("benchmarks/results/optimal_slabs.json")
+    assert before.keys() == after.keys()
+    faster = [before[key]["ms_per_node"] / r["ms_per_node"] for key, r in after.items()]
+    assert _ratio_range(faster, faster_low, faster_high), (min(faster), max(faster))
+    slabs = [r["vs_rrs"] for r in after.values()]
+    assert _ratio_range(slabs, slab_low, slab_high), (min(slabs), max(slabs))
+
+    low, high, captured = _quoted(SUMMARY, "{}–{}× at B = 1024 and {}× captured at B = 1 on the H100;")
+    h100 = _load("benchmarks/results/optimal_cuda.json")["rows"]
+    wide = [r["vs_rrs"] for r in _optimal_rows("benchmarks/results/optimal_cuda.json", 1024).values()]
+    assert _ratio_range(wide, low, high), (min(wide), max(wide))
+    graph = {r["verifier"]: r["graph_ms"] for r in h100 if r["section"] == "graph"}
+    assert _agrees(captured, graph["optimal"] / graph["rrs"])
+
+    fused, eager, ratio = _quoted(
+        SUMMARY, "fused by inductor, **{} ms, against {} eager ({}×)** on the H200;"
+    )
+    (inductor,) = [
+        r
+        for r in _load("benchmarks/results/optimal_cuda_h200.json")["rows"]
+        if (r["section"], r["verifier"], r["k"], r["batch"]) == ("inductor", "optimal", 2, 1)
+    ]
+    assert _agrees(fused, inductor["inductor_ms"]) and _agrees(eager, inductor["eager_ms"])
+    assert _agrees(ratio, inductor["eager_ms"] / inductor["inductor_ms"]) and inductor["same_tokens"]
+
+    k, batch, after_ops, before_ops, rrs, kseq = _quoted(
+        SUMMARY,
+        "since issue 45 a verify at k = {}, B = {} is **{} top-level aten ops, against {}** "
+        "(RRS {}, K-SEQ {})",
+    )
+
+    def ops(path: str) -> dict[str, int]:
+        return {
+            r["verifier"]: r["ops"]
+            for r in _load(path)["rows"]
+            if (r["k"], r["batch"], r["n"]) == (int(k), int(batch), 151_936)
+        }
+
+    now, then = ops("benchmarks/results/optimal_ops.json"), ops("benchmarks/results/optimal_ops_before.json")
+    assert (now["optimal"], then["optimal"], now["rrs"], now["kseq"]) == tuple(
+        map(int, (after_ops, before_ops, rrs, kseq))
+    )
+
+
+def test_summary_luce_rule_is_the_files():
+    """BENCHMARKS.md's Summary, the Luce rule: its gaps from results/optimal_wor_gap_luce and
+    results/optimal_wor_gap_luce_full_vocab (optimal_wor_gap.json), k = 2's closed form against the
+    quadrature from benchmarks/results/luce_k2_closed.json and luce_k2_quadrature.json, the previous code's
+    medians from luce_recorded_before.json (the medians and worst of luce_recorded.json: the test above).
+    "about 4× as long on the slower box" is not checked: that box's file was overwritten."""
+    low, high, worst, full_worst, cases, pairs = _quoted(
+        SUMMARY,
+        "the Luce rule (drafts without replacement): {}–{} below α*_wor on average (worst {}) on the corpus, "
+        "worst {} over {} full-vocabulary cases; a node on {} recorded positions",
+    )
+    groups = _luce_corpus_gaps()
+    means = [sum(g) / len(g) for g in groups.values()]
+    assert _ratio_range(means, low, high), (min(means), max(means))
+    assert _agrees(worst, max(max(g) for g in groups.values()))
+    full = _load("results/optimal_wor_gap_luce_full_vocab/optimal_wor_gap.json")["rows"]
+    assert int(cases) == len(full)
+    assert _agrees(full_worst, max(r["alpha_wor"] - r["luce"] for r in full))
+    summary = _load("benchmarks/results/luce_recorded.json")["summary"]["luce_s_per_node"]
+    assert all(s["pairs"] == int(pairs) for s in summary.values())
+
+    low, high = _quoted(
+        SUMMARY, "(its law in closed form since 2026-11-29, {}-{}× faster than the quadrature)"
+    )
+
+    def per_node(path: str) -> dict[str, float]:
+        return {r["pair"]: r["luce_ms_per_node"] for r in _load(path)["rows"] if r["k"] == 2}
+
+    closed = per_node("benchmarks/results/luce_k2_closed.json")
+    quadrature = per_node("benchmarks/results/luce_k2_quadrature.json")
+    assert closed.keys() == quadrature.keys()
+    faster = [quadrature[pair] / ms for pair, ms in closed.items()]
+    assert _ratio_range(faster, low, high), faster
+
+    k3, k4 = _quoted(SUMMARY, "{} / {} s for the previous code on that box;")
+    previous = _load("benchmarks/results/luce_recorded_before.json")["summary"]["luce_s_per_node"]
+    assert _agrees(k3, previous["3"]["median"]) and _agrees(k4, previous["4"]["median"])
+    assert previous["3"]["pairs"] == previous["4"]["pairs"] == int(pairs)
+
+
+def _cases(folder: str) -> list[dict]:
+    """The per-case rows of a tree_theorems run: results/FOLDER/tree_theorems_cases.csv.gz."""
+    with gzip.open(ROOT / "results" / folder / "tree_theorems_cases.csv.gz", "rt") as f:
+        return list(csv.DictReader(f))
+
+
+def test_summary_whole_trees_are_the_tree_theorems_files():
+    """BENCHMARKS.md's Summary, whole trees: the claims and cases of results/tree_theorems (toy) and
+    results/tree_theorems_real (tree_theorems.json, tree_theorems_cases.csv.gz); the i.i.d. verifiers' gaps at
+    T = 1 are the mean gaps of RRS, K-SEQ and Traversal to the optimum on the real depth-2 binary trees."""
+    toy, real, temperature, low, high = _quoted(
+        SUMMARY,
+        "no counter-example to LP(chain) = block, token-wise ≤ block, Traversal ≤ LP on {} toy and {} real "
+        "cases; at T = {} the i.i.d. verifiers leave {}–{} tokens per step on the table",
+    )
+    for printed, folder in ((toy, "tree_theorems"), (real, "tree_theorems_real")):
+        claims = {r["claim"]: r for r in _load(f"results/{folder}/tree_theorems.json")["rows"]}
+        for claim in ("lp_chain_equals_block", "tokenwise_le_block", "traversal_le_lp"):
+            assert claims[claim]["checks"] > 0 and claims[claim]["counterexamples"] == 0, (folder, claim)
+        assert len(_cases(folder)) == int(printed.replace(",", "")), folder
+    gaps: dict[str, list[float]] = {"rrs": [], "kseq": [], "traversal": []}
+    for r in _cases("tree_theorems_real"):
+        if (r["tree"], r["law"], float(r["temperature"])) == ("binary2", "iid", float(temperature)):
+            assert not r["error"]
+            for method, values in gaps.items():
+                values.append(float(r["optimum"]) - float(r[method]))
+    means = [sum(v) / len(v) for v in gaps.values()]
+    assert all(gaps.values()) and _ratio_range(means, low, high), means
+
+
+def test_summary_inductor_fast_path_is_the_decode_file():
+    """BENCHMARKS.md's Summary, the fast path compiled by inductor on the CPU: benchmarks/results/
+    decode_inductor.json (B = 1; HF `generate` of the same run), the eager step from decode.json."""
+    ratio, mdsd, hf, step, eager = _quoted(
+        SUMMARY,
+        "autoregressive decoding at {}× HF `generate` ({} against {} tokens/s), a chain:4 step in {} ms "
+        "against {} ms eager",
+    )
+    rows = {
+        (r["path"], r["tree"], r["batch"]): r
+        for r in _load("benchmarks/results/decode_inductor.json")["rows"]
+    }
+    ar = rows[("inductor", "none", 1)]["tokens_per_second"]
+    generate = rows[("hf-generate", "none", 1)]["tokens_per_second"]
+    assert _agrees(mdsd, ar) and _agrees(hf, generate) and _agrees(ratio, ar / generate)
+    assert _agrees(step, rows[("inductor", "chain:4", 1)]["step_ms"])
+    (slow,) = [
+        r["step_ms"]
+        for r in _load("benchmarks/results/decode.json")["rows"]
+        if (r["path"], r["tree"], r["batch"]) == ("eager", "chain:4", 1)
+    ]
+    assert _agrees(eager, slow)
+
+
+def test_summary_real_pair_against_hf_assisted_is_the_file():
+    """BENCHMARKS.md's Summary, the real pair on the CPU at T = 0.6: results/batch_efficiency/
+    batch_efficiency.json, tokens per target forward and tokens/s."""
+    data = _load("results/batch_efficiency/batch_efficiency.json")
+    temperature, greedy, rrsw, hf, heuristic, ar = _quoted(
+        SUMMARY,
+        "the real pair, T = {}: dynamic trees {} (greedy) and {} (RRSw) tokens per target forward against HF "
+        "assisted generation's {} and {}; autoregressive sampling ({} tok/s) faster than every speculative "
+        "method",
+    )
+    rows = {r["method"]: r for r in data["rows"] if r["temperature"] == float(temperature)}
+    for printed, method in (
+        (greedy, "dynamic:8,2,3,24/greedy"),
+        (rrsw, "dynamic:8,2,3,24/rrsw"),
+        (hf, "hf-assisted"),
+        (heuristic, "hf-assisted-heuristic"),
+    ):
+        r = rows[method]
+        assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
+    fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
+    assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
+    prompts, tokens = _quoted(SUMMARY, "| {} prompts × {} tokens, 2-core CPU box, float32 |")
+    assert {r["prompts"] for r in data["rows"]} == {int(prompts)}
+    assert data["metadata"]["config"]["max_new_tokens"] == int(tokens)
+
+
+def test_summary_h200_decoder_is_the_sessions_files():
+    """BENCHMARKS.md's Summary, the decoder on the H200: captured forwards from benchmarks/results/
+    gpu_fast_h200_1128.json, fused from gpu_fast_h200_1128_fused.json, AR like for like from
+    gpu_fast_h200_1128_ar_hf.json, host reads from gpu_fast_h200_1128_checks.json."""
+    target, draft, fused_target, fused_draft, fused, hf, ratio, captured, per_decode = _quoted(
+        SUMMARY,
+        "captured forwards **{}** ms (target) and **{}** ms (draft), fused {} and {} ms; autoregressive "
+        "decoding like for like (steady state, one process) **{}** tokens/s fused against {} for HF's "
+        "static-cache `generate` ({}×; captured {}×); one host synchronisation per step plus {} per decode",
+    )
+    forwards = {
+        r["model"]: r["captured_ms"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1128.json")["forwards"]
+        if (r["B"], r["tokens"]) == (1, 1) and "captured_ms" in r
+    }
+    assert _agrees(target, forwards["target"]) and _agrees(draft, forwards["draft"])
+    fused_forwards = {
+        r["model"]: r["fused_ms"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1128_fused.json")["fused_forwards"]
+        if (r["B"], r["tokens"]) == (1, 1)
+    }
+    assert _agrees(fused_target, fused_forwards["target"]) and _agrees(fused_draft, fused_forwards["draft"])
+    ar = {
+        r["method"]: r["tokens_per_second"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1128_ar_hf.json")["ar_hf"]
+        if r["batch"] == 1
+    }
+    static = ar["hf-generate-static"]
+    assert _agrees(fused, ar["mdsd-inductor-cudagraph"]) and _agrees(hf, static)
+    assert _agrees(ratio, ar["mdsd-inductor-cudagraph"] / static)
+    assert _agrees(captured, ar["mdsd-cudagraph"] / static)
+    syncs = [
+        r for r in _load("benchmarks/results/gpu_fast_h200_1128_checks.json")["syncs"] if "error" not in r
+    ]
+    assert syncs and all((r["per_step"], r["per_decode"]) == (1, int(per_decode)) for r in syncs)
+
+
+def test_summary_feature_heads_on_the_h200_are_the_files():
+    """BENCHMARKS.md's Summary, feature heads on the H200: forwards' ratios from benchmarks/results/
+    gpu_fast_h200_1128_heads.json, the break-even from gpu_fast_h200_1128_head_decode.json (chain:4 step ÷
+    AR step, B = 1), the head's and the 0.5B draft's."""
+    low, high, draft_captured, draft_fused, even, draft_even = _quoted(
+        SUMMARY,
+        "a feature head's forward **{}–{}** of the target's captured or fused (the 0.5B draft {} / {}); a "
+        "chain:4 step with a head breaks even with AR at {} tokens per step (with the 0.5B draft: {})",
+    )
+    heads = _load("benchmarks/results/gpu_fast_h200_1128_heads.json")["heads"]
+    ratios = [
+        r[key] for r in heads if r["model"] == "head" for key in ("ratio_captured", "ratio_fused") if key in r
+    ]
+    assert _ratio_range(ratios, low, high), (min(ratios), max(ratios))
+    (draft,) = [r for r in heads if r["model"] == "draft" and (r["B"], r["tokens"]) == (1, 1)]
+    assert _agrees(draft_captured, draft["ratio_captured"]) and _agrees(draft_fused, draft["ratio_fused"])
+    step = {
+        (r["tree"], r["drafter"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1128_head_decode.json")["head_decode"]
+        if r["batch"] == 1
+    }
+    assert _agrees(even, step[("chain:4", "head")] / step[("none", "none")])
+    assert _agrees(draft_even, step[("chain:4", "draft")] / step[("none", "none")])
+
+
+def test_summary_prompt_lookup_on_the_forwards_is_the_file():
+    """BENCHMARKS.md's Summary, prompt lookup on HumanEval predicted on the H200's forwards:
+    results/gpu/speedups_h200-forwards.json, its 2 × 48 sample results/draft_sources/draft_sources.json
+    (source first and model-only trees: the tests above)."""
+    batch, lookup, prompts, tokens = _quoted(
+        SUMMARY,
+        "predicted speedup over autoregressive decoding at B = {}: prompt lookup on HumanEval **{}×** on the "
+        "forwards ({} × {} sample)",
+    )
+    assert {r["batch"] for r in FORWARDS} == {int(batch)}
+    assert _agrees(lookup, _speedup("draft_sources", "none/topk+lookup"))
+    config = _load("results/draft_sources/draft_sources.json")["metadata"]["config"]
+    assert (config["prompts_per_set"], config["max_new_tokens"]) == (int(prompts), int(tokens))
+
+
+def test_summary_cost_model_on_the_cpu_is_the_file():
+    """BENCHMARKS.md's Summary, the cost model on the CPU: results/cost_model/cost_model.json, the mean and
+    worst |predicted ÷ measured tokens/s − 1| over its rows (steady state)."""
+    mean, worst = _quoted(
+        SUMMARY, "predicted tokens/s within {}% of the measured ones on average (worst {}%)"
+    )
+    errors = [abs(r["error"]) for r in _load("results/cost_model/cost_model.json")["rows"]]
+    assert _agrees(mean, 100 * sum(errors) / len(errors)) and _agrees(worst, 100 * max(errors))
+
+
+def test_summary_datastore_is_the_files():
+    """BENCHMARKS.md's Summary, the datastore: benchmarks/results/drafters.json (its build and the datastore's
+    lookups); prompt lookup alone on HumanEval and every source alone on MT-Bench (no tree:
+    ``none/topk+...``) from results/draft_sources/draft_sources.json."""
+    size, p50, top1, lookup, low, high = _quoted(
+        SUMMARY,
+        "a datastore of {} M tokens: lookup **{} µs** CPU p50, top-1 {}%; prompt lookup alone {} tokens per "
+        "target forward on HumanEval, every source alone {}–{} on MT-Bench",
+    )
+    bench = _load("benchmarks/results/drafters.json")
+    (datastore,) = [r for r in bench["rows"] if r["source"] == "datastore"]
+    assert _agrees(size, bench["build"]["datastore_tokens"] / 1e6)
+    assert _agrees(p50, datastore["cpu_p50_us"]) and _agrees(top1, 100 * datastore["top1"])
+    (row,) = [
+        r
+        for r in _load("results/draft_sources/draft_sources.json")["rows"]
+        if (r["method"], r["dataset"]) == ("none/topk+lookup", "humaneval")
+    ]
+    assert _agrees(lookup, row["tokens"] / row["target_forwards"])
+    alone = [
+        r["tokens"] / r["target_forwards"]
+        for r in _load("results/draft_sources/draft_sources.json")["rows"]
+        if r["dataset"] == "mt-bench" and r["method"].startswith("none/topk+")
+    ]
+    assert len(alone) == 4 and _ratio_range(alone, low, high), alone
+
+
+def test_summary_drafters_cost_is_the_file():
+    """BENCHMARKS.md's Summary, a drafter's multiply-adds per token ÷ the target's: benchmarks/results/
+    drafter_cost.json (the 0.5B draft; a head of the target's MLP width, 8,960, and 32,000 draft tokens; the
+    smaller head named in the text)."""
+    draft, head, small, mlp, vocab = _quoted(
+        SUMMARY,
+        "from the weights: the 0.5B draft {}, a feature head {} ({} with a {}-unit MLP and {} tokens)",
+    )
+    ratio = {r["model"]: r["macs_ratio"] for r in _load("benchmarks/results/drafter_cost.json")["rows"]}
+    shape = f"head:{mlp.replace(',', '')}:{vocab.replace(',', '')}"
+    assert _agrees(draft, ratio["draft"]) and _agrees(head, ratio["head:8960:32000"])
+    assert _agrees(small, ratio[shape]), (shape, small)
+
+
+def test_summary_trained_heads_are_the_files():
+    """BENCHMARKS.md's Summary, the three trained heads: results/drafters/drafters.json (held-out α*_4, the
+    paired differences, the trainings), chain:4 with the `kl` head from results/drafters/decode-kl-head/
+    batch_efficiency.json."""
+    steps, thousands, kl, alpha, tv, draft, loses, loses_low, loses_high, beats, chain = _quoted(
+        SUMMARY,
+        "feature heads trained {} steps on {}k positions: held-out α*_4 **{}** (`kl`), {} (`alpha`), "
+        "{} (`tv`) against the 0.5B draft's {}; the α* loss loses to KL by {} [{}, {}] and beats TV by {}; "
+        "chain:4 with the `kl` head {} tokens per target forward",
+    )
+    data = _load("results/drafters/drafters.json")
+    for training in data["trainings"].values():
+        assert training["config"]["steps"] == int(steps)
+        assert _agrees(thousands, training["data"]["train_tokens"] / 1e3)
+    alpha_4 = {r["drafter"]: r["alpha_4"] for r in data["rows"]}
+    for printed, drafter in (
+        (kl, "corpus-kl"),
+        (alpha, "corpus-alpha"),
+        (tv, "corpus-tv"),
+        (draft, "draft-0.5b"),
+    ):
+        assert _agrees(printed, alpha_4[drafter]), (drafter, printed)
+    pairs = {(p["a"], p["b"]): p for p in data["pairs"] if p["measure"] == "alpha_4"}
+    kl_alpha = pairs[("corpus-kl", "corpus-alpha")]
+    assert _agrees(loses, kl_alpha["difference"]) and _agrees(loses_low, kl_alpha["low"])
+    assert _agrees(loses_high, kl_alpha["high"])
+    assert _agrees(beats, pairs[("corpus-alpha", "corpus-tv")]["difference"])
+    decode = _load("results/drafters/decode-kl-head/batch_efficiency.json")
+    assert decode["metadata"]["config"]["draft"].endswith("/corpus-kl")
+    (row,) = [r for r in decode["rows"] if r["method"] == "chain:4/single"]
+    assert _agrees(chain, row["tokens"] / row["target_forwards"])
