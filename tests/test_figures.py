@@ -836,3 +836,27 @@ def test_summary_trained_heads_are_the_files():
     assert decode["metadata"]["config"]["draft"].endswith("/corpus-kl")
     (row,) = [r for r in decode["rows"] if r["method"] == "chain:4/single"]
     assert _agrees(chain, row["tokens"] / row["target_forwards"])
+
+
+def test_the_heads_held_out_acceptance_by_set_is_the_file():
+    """results/drafters/README.md's table by training set: results/drafters/heldout-bf16-kl/drafters.json
+    (rows and by_set)."""
+    text = (ROOT / "results/drafters/README.md").read_text()
+    data = _load("results/drafters/heldout-bf16-kl/drafters.json")
+    by_set = {(r["drafter"], r["set"]): r for r in data["by_set"]}
+    whole = {r["drafter"]: r for r in data["rows"]}
+    for label, drafter, measure in (
+        ("this head, Σ min(p, q)", "corpus-bf16-kl", "acceptance"),
+        ("this head, α*_4", "corpus-bf16-kl", "alpha_4"),
+        ("0.5B draft, Σ min(p, q)", "draft-0.5b", "acceptance"),
+    ):
+        (line,) = [x for x in text.splitlines() if x.startswith(f"  | {label} |")]
+        cells = [c.strip() for c in line.strip().strip("|").split("|")[1:]]
+        for cell, r in zip(
+            cells,
+            (by_set[(drafter, "chat-train")], by_set[(drafter, "code-train")], whole[drafter]),
+            strict=True,
+        ):
+            figures = (r[measure], r[f"{measure}_low"], r[f"{measure}_high"])
+            for number, value in zip(re.findall(NUMBER, cell), figures, strict=False):
+                assert _agrees(number, value), (label, cell)
