@@ -860,3 +860,63 @@ def test_the_heads_held_out_acceptance_by_set_is_the_file():
             figures = (r[measure], r[f"{measure}_low"], r[f"{measure}_high"])
             for number, value in zip(re.findall(NUMBER, cell), figures, strict=False):
                 assert _agrees(number, value), (label, cell)
+
+
+def _whole_set_runs(path: str, temperature: float) -> dict[str, dict[int, dict]]:
+    """{method: {prompt: its per-prompt counts}} of a batch_efficiency run at ``temperature``."""
+    return {
+        r["method"]: {p["prompt"]: p for p in r["per_prompt"]}
+        for r in _load(path)["rows"]
+        if r["temperature"] == temperature
+    }
+
+
+def test_the_whole_set_figures_are_the_file():
+    """results/whole_sets/README.md's figures of the 0.5B draft's run, T = 0.6: tokens per target forward on
+    MT-Bench's 80 prompts (its run numbers 0-79) and the paired ratios over every prompt the methods share
+    (mdsd.harness.comparison.paired_ratio, seed 0, as the run's summary): results/whole_sets/
+    qwen2.5-coder-bf16/batch_efficiency.json."""
+    from mdsd.harness.comparison import paired_ratio
+
+    text = (ROOT / "results/whole_sets/README.md").read_text()
+    text = text[text.index("## `qwen2.5-coder-bf16/`") : text.index("## `qwen2.5-coder-bf16-head/`")]
+    runs = _whole_set_runs("results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json", 0.6)
+
+    def rate(method: str, prompts) -> float:
+        rows = [runs[method][i] for i in prompts]
+        return sum(r["tokens"] for r in rows) / sum(r["target_forwards"] for r in rows)
+
+    mt_bench = range(80)
+    quoted = _quoted(
+        text,
+        "On all 80 MT-Bench first turns (T = 0.6, tokens per target forward): chain:4 {}, binary:3 RRS {}, "
+        "RRSw {}, SpecHub {}, optimal {}, the dynamic tree (RRSw) {}, HF assisted {}, "
+        "prompt lookup alone {}.",
+    )
+    methods = (
+        "chain:4/single",
+        "binary:3/rrs",
+        "binary:3/rrsw",
+        "binary:3/spechub",
+        "binary:3/optimal",
+        "dynamic:8,2,3,24/rrsw",
+        "hf-assisted",
+        "none/topk+lookup",
+    )
+    for printed, method in zip(quoted, methods, strict=True):
+        assert _agrees(printed, rate(method, mt_bench)), (method, printed)
+    shared = sorted(set.intersection(*(set(r) for r in runs.values())))
+    (count,) = _quoted(text, "Paired over the {} prompts every method has finished (T = 0.6):")
+    assert int(count) == len(shared)
+    pairs = (
+        ("RRS ÷ RRSw", "binary:3/rrs", "binary:3/rrsw"),
+        ("RRS ÷ SpecHub", "binary:3/rrs", "binary:3/spechub"),
+        ("RRS ÷ optimal", "binary:3/rrs", "binary:3/optimal"),
+        ("chain:4 ÷ chain:4 + lookup", "chain:4/single", "chain:4/single+lookup"),
+        ("SpecHub ÷ optimal", "binary:3/spechub", "binary:3/optimal"),
+    )
+    for label, a, b in pairs:
+        ratio, low, high = _quoted(text, f"{label} {{}} [{{}}, {{}}]")
+        counts = [[runs[m][i][key] for i in shared] for m in (a, b) for key in ("tokens", "target_forwards")]
+        value, (lo, hi) = paired_ratio(*counts, seed=0)
+        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (label, value, lo, hi)
