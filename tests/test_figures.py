@@ -249,6 +249,14 @@ def test_the_readme_optimal_verifiers_exact_acceptance_is_the_files():
         "on the bundled real corpus (its mean over the positions within {} at every T and k) and at V = "
         "151,936 to {} (T = 1, k = 8: RRS {}, K-SEQ {}, optimal {}).",
     )
+    _check_exact_acceptance(corpus, full, rrs, kseq, optimal)
+
+
+def _check_exact_acceptance(
+    corpus: str, full: str, rrs: str, kseq: str, optimal: str, positions: str = ""
+) -> None:
+    """The optimal verifier's largest mean gap to α*_iid on the corpus and at V = 151,936, and the T = 1,
+    k = 8 means of RRS, K-SEQ and optimal there, against the two real_acceptance.json files."""
     for printed, folder in (
         (corpus, "real_acceptance_optimal"),
         (full, "real_acceptance_full_vocab_optimal"),
@@ -256,6 +264,8 @@ def test_the_readme_optimal_verifiers_exact_acceptance_is_the_files():
         rows = _load(f"results/{folder}/real_acceptance.json")["rows"]
         gaps = [abs(r["gap_to_own_optimum"]) for r in rows if r["name"] == "optimal"]
         assert len(gaps) == 24 and _agrees(printed, max(gaps)), (folder, printed, max(gaps))
+        if positions and folder == "real_acceptance_optimal":
+            assert {r["positions"] for r in rows} == {int(positions.replace(",", ""))}
     mean = {
         r["name"]: r["mean"]
         for r in _load("results/real_acceptance_full_vocab_optimal/real_acceptance.json")["rows"]
@@ -380,16 +390,7 @@ def test_the_readme_real_pair_against_hf_assisted_is_the_file():
         "generation's {} and {}, but autoregressive sampling ({} tok/s) is faster there than every "
         "speculative method.",
     )
-    for printed, method in (
-        (greedy, "dynamic:8,2,3,24/greedy"),
-        (rrsw, "dynamic:8,2,3,24/rrsw"),
-        (hf, "hf-assisted"),
-        (heuristic, "hf-assisted-heuristic"),
-    ):
-        r = rows[method]
-        assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
-    fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
-    assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
+    _check_cpu_pair(rows, greedy, rrsw, hf, heuristic, ar)
 
 
 def _ratio_range(values: list[float], low: str, high: str) -> bool:
@@ -473,22 +474,7 @@ def test_summary_optimal_verifiers_exact_acceptance_is_the_files():
         "means over {} corpus positions within {} at every T and k, {} at V = 151,936 (T = 1, k = 8: RRS {}, "
         "K-SEQ {}, optimal {})",
     )
-    for printed, folder in (
-        (corpus, "real_acceptance_optimal"),
-        (full, "real_acceptance_full_vocab_optimal"),
-    ):
-        rows = _load(f"results/{folder}/real_acceptance.json")["rows"]
-        gaps = [abs(r["gap_to_own_optimum"]) for r in rows if r["name"] == "optimal"]
-        assert len(gaps) == 24 and _agrees(printed, max(gaps)), (folder, printed, max(gaps))
-        if folder == "real_acceptance_optimal":
-            assert {r["positions"] for r in rows} == {int(positions.replace(",", ""))}
-    mean = {
-        r["name"]: r["mean"]
-        for r in _load("results/real_acceptance_full_vocab_optimal/real_acceptance.json")["rows"]
-        if (r["temperature"], r["k"], r["kind"]) == (1.0, 8, "verifier")
-    }
-    for printed, name in ((rrs, "rrs"), (kseq, "kseq"), (optimal, "optimal")):
-        assert _agrees(printed, mean[name]), (name, printed, mean[name])
+    _check_exact_acceptance(corpus, full, rrs, kseq, optimal, positions)
 
 
 def _optimal_rows(path: str, batch: int | None = None) -> dict[tuple[int, int], dict]:
@@ -662,16 +648,7 @@ def test_summary_real_pair_against_hf_assisted_is_the_file():
         "method",
     )
     rows = {r["method"]: r for r in data["rows"] if r["temperature"] == float(temperature)}
-    for printed, method in (
-        (greedy, "dynamic:8,2,3,24/greedy"),
-        (rrsw, "dynamic:8,2,3,24/rrsw"),
-        (hf, "hf-assisted"),
-        (heuristic, "hf-assisted-heuristic"),
-    ):
-        r = rows[method]
-        assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
-    fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
-    assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
+    _check_cpu_pair(rows, greedy, rrsw, hf, heuristic, ar)
     prompts, tokens = _quoted(SUMMARY, "| {} prompts × {} tokens, 2-core CPU box, float32 |")
     assert {r["prompts"] for r in data["rows"]} == {int(prompts)}
     assert data["metadata"]["config"]["max_new_tokens"] == int(tokens)
@@ -920,3 +897,19 @@ def test_the_whole_set_figures_are_the_file():
         counts = [[runs[m][i][key] for i in shared] for m in (a, b) for key in ("tokens", "target_forwards")]
         value, (lo, hi) = paired_ratio(*counts, seed=0)
         assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (label, value, lo, hi)
+
+
+def _check_cpu_pair(rows: dict, greedy: str, rrsw: str, hf: str, heuristic: str, ar: str) -> None:
+    """The dynamic trees and HF assisted generation in tokens per target forward, and autoregressive
+    sampling the fastest in tokens/s, against batch_efficiency.json's rows {method: row} at one T."""
+    for printed, method in (
+        (greedy, "dynamic:8,2,3,24/greedy"),
+        (rrsw, "dynamic:8,2,3,24/rrsw"),
+        (hf, "hf-assisted"),
+        (heuristic, "hf-assisted-heuristic"),
+    ):
+        r = rows[method]
+        assert _agrees(printed, r["tokens"] / r["target_forwards"]), (method, printed)
+    rows = dict(rows)
+    fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
+    assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
