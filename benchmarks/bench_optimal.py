@@ -21,6 +21,7 @@ Writes benchmarks/results/NAME.json (+ .csv) and prints a table.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -220,22 +221,29 @@ def main() -> None:
     device = torch.device(cfg.device)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     start = time.perf_counter()
-    rows = []
-    for batch in (int(b) for b in cfg.batches.split(",")):
-        rows += verify_rows(cfg, batch, gen, device)
-    if cfg.graph and device.type == "cuda":
-        rows += graph_rows(cfg, gen, device)
-    for batch in (int(b) for b in cfg.inductor.split(",") if b):
-        rows += inductor_rows(cfg, batch, gen, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()}-core CPU"
-    load = os.getloadavg()[0]
-    summary = {
-        "total_seconds": time.perf_counter() - start,
-        "machine": f"{where}, {cfg.threads} torch thread(s), load average {load:.1f} at the end",
-    }
-    paths = write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
+
+    def write(rows: list[dict], complete: bool) -> list:
+        """The rows so far (after each block: a run cut by a time limit keeps what it finished)."""
+        load = os.getloadavg()[0]
+        summary = {
+            "total_seconds": time.perf_counter() - start,
+            "machine": f"{where}, {cfg.threads} torch thread(s), load average {load:.1f} at the end",
+            "complete": complete,
+        }
+        return write_results(cfg.out_dir, cfg.name, rows, cfg, cfg.seed, summary=summary)
+
+    blocks = [functools.partial(verify_rows, cfg, int(b), gen, device) for b in cfg.batches.split(",")]
+    if cfg.graph and device.type == "cuda":
+        blocks.append(functools.partial(graph_rows, cfg, gen, device))
+    batches = [int(b) for b in cfg.inductor.split(",") if b]
+    blocks += [functools.partial(inductor_rows, cfg, b, gen, device) for b in batches]
+    rows = []
+    for block in blocks:
+        rows += block()
+        paths = write(rows, complete=False)
+    paths = write(rows, complete=True)
     table(rows)
-    print(summary)
     print("wrote", *paths)
 
 

@@ -341,27 +341,38 @@ def fused() -> list[dict]:
     return decode_rows("fused", [(path, "none", 1), (path, "binary:3", 64), (path, "dynamic:8,2,3,24", 64)])
 
 
-def decode_rows(name: str, runs: list[tuple[str, str, int]]) -> list[dict]:
-    """One row per (path, tree, B): bench_decode's figures, saved as section ``name`` after each row (a
-    run cut by its time limit keeps its rows). The forwards are timed captured as the ``decode`` section
-    times them (``inductor-cudagraph``'s own forwards would compile per shape)."""
+@torch.no_grad()
+def verifiers() -> list[dict]:
+    """binary:3 decoded on the fast path (FAST) under each multi-draft verifier at B = 1 and 64, in one
+    process: what the optimal verifier's step costs beside RRS's, RRSw's, K-SEQ's and SpecHub's (random
+    weights: the acceptance means nothing, ``step_ms`` and ``host_ms`` are the figures)."""
+    names = ("rrs", "rrsw", "kseq", "spechub", "optimal")
+    return decode_rows("verifiers", [(FAST, "binary:3", B, name) for B in (1, 64) for name in names])
+
+
+def decode_rows(name: str, runs: list[tuple]) -> list[dict]:
+    """One row per (path, tree, B[, verifier at multi-draft nodes: RRSw unless named]): bench_decode's
+    figures, saved as section ``name`` after each row (a run cut by its time limit keeps its rows). The
+    forwards are timed captured as the ``decode`` section times them (``inductor-cudagraph``'s own forwards
+    would compile per shape)."""
     target, draft = pair()
     vocab = target.config.vocab_size
     new = 16 if SMALL else 64
     cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=new, prompt_tokens=64, repeats=10)
-    cfg.verifier, cfg.decodes = "rrsw", 1  # one timed decode a row: device time is scarce
+    cfg.decodes = 1  # one timed decode a row: device time is scarce
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(vocab, (64, cfg.prompt_tokens), generator=gen).tolist()
     rows = []
-    for path, spec, B in runs:
-        row = {"path": path, "tree": spec, "batch": B}
+    for path, spec, B, *verifier in runs:
+        cfg.verifier = verifier[0] if verifier else "rrsw"
+        row = {"path": path, "tree": spec, "batch": B, "verifier": cfg.verifier}
         try:
             forwards = "eager" if path == "eager" else FAST
-            row = bench_decode.measure_row(target, draft, spec, path, prompts[:B], cfg, forwards)
+            row = {**bench_decode.measure_row(target, draft, spec, path, prompts[:B], cfg, forwards), **row}
         except Exception as err:
             row["error"] = repr(err)[:300]
         shown = {k: row.get(k) for k in ("tokens_per_second", "step_ms", "forwards_ms", "error")}
-        keep(name, rows, row, f"decode {path} {spec} B={B}: " + json.dumps(shown, default=str))
+        keep(name, rows, row, f"decode {path} {spec} {cfg.verifier} B={B}: " + json.dumps(shown, default=str))
     return rows
 
 
@@ -844,6 +855,7 @@ PLAN = [
     ("forwards", forwards),
     ("decode", decode),
     ("fused", fused),
+    ("verifiers", verifiers),
     ("fused_forwards", fused_forwards),
     ("profiles", profiles),
     ("syncs", syncs),

@@ -7,11 +7,14 @@
 #   bash benchmarks/gpu_session.sh 2    # syncs and law, fused forwards, fused steps, the optimal verifier
 #   bash benchmarks/gpu_session.sh 3    # feature heads: forwards, decoding steps; AR against HF, like for like
 #   bash benchmarks/gpu_session.sh 4    # a head's captured step by kernel; the head's steps fused (B = 1)
+#   bash benchmarks/gpu_session.sh 5    # heads and small drafters; the optimal verifier's node and step; kernels
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
 # gpu_fast_checks.json, optimal_cuda.json (part 2), the profiles profile_{target,draft}_static.json, and
 # gpu_fast_heads.json, gpu_fast_head_decode.json, gpu_fast_ar_hf.json (part 3: about 5.5 minutes, at most
-# 7.7; each section in one process, so a section cut by its limit keeps the rows it finished).
+# 7.7; each section in one process, so a section cut by its limit keeps the rows it finished), and for part 5
+# gpu_fast_heads.json, optimal_cuda.json (written after each block), gpu_fast_verifiers.json (binary:3 under
+# each verifier) and gpu_fast_head_kernels.json: at most 9.3 minutes.
 set -u
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/gpu_out}
@@ -39,8 +42,15 @@ case "${1:-1}" in
     GPU_FAST_RESULT=gpu_fast_head_kernels.json timeout 90 python3 benchmarks/gpu_fast.py --one-process head_kernels
     GPU_FAST_RESULT=gpu_fast_head_fused.json timeout 330 python3 benchmarks/gpu_fast.py --one-process head_fused
     ;;
+5)
+    GPU_FAST_RESULT=gpu_fast_heads.json timeout 170 python3 benchmarks/gpu_fast.py --one-process env heads
+    timeout 170 python3 benchmarks/bench_optimal.py --device cuda --batches 1,1024 --ks 2,4 --wor-ks 2 \
+        --inductor 1,1024 --name optimal_cuda --out-dir "$OUT"
+    GPU_FAST_RESULT=gpu_fast_verifiers.json timeout 130 python3 benchmarks/gpu_fast.py --one-process verifiers
+    GPU_FAST_RESULT=gpu_fast_head_kernels.json timeout 90 python3 benchmarks/gpu_fast.py --one-process head_kernels
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh 1|2|3|4" >&2
+    echo "usage: bash benchmarks/gpu_session.sh 1|2|3|4|5" >&2
     exit 2
     ;;
 esac
