@@ -13,7 +13,9 @@ It fits a and b by least squares to the forwards an H200 measured captured at th
 the 0.5B draft and three feature heads: ``--measured``, a ``benchmarks/gpu_fast.py`` heads section), states
 the fit's residuals, and predicts each small drafter of ``--small`` (width:layers:draft vocabulary; mdsd's
 :class:`~mdsd.drafters.SmallDrafter`) against the target. A prediction, not a measurement: it says which
-shapes stay under a cost budget before the GPU measures them.
+shapes stay under a cost budget before the GPU measures them. Where the heads section also timed small
+drafters (gpu_fast's SMALL_DRAFTERS), their rows carry ``measured_ms`` beside the prediction but stay out of
+the fit: they check it.
 
 Run:  python benchmarks/bench_drafter_cost.py [--small 512:4:16384 ...]
 Writes benchmarks/results/drafter_cost.json (+ .csv).
@@ -53,7 +55,7 @@ class Config:
         metadata={"help": "small drafters to predict, width:layers:draft vocabulary"},
     )
     measured: str = field(
-        default=str(HERE / "results" / "gpu_fast_h200_1128_heads.json"),
+        default=str(HERE / "results" / "gpu_fast_h200_1129_heads.json"),
         metadata={"help": "a gpu_fast.py run with a heads section (captured_ms at B = 1, t = 1)"},
     )
     target: str = field(default=str(MODELS / "qwen2.5-coder-1.5b-instruct"), metadata={"help": "config dir"})
@@ -117,6 +119,15 @@ def _pick(row: dict) -> tuple[int, int]:
     return row["intermediate"], row["draft_vocab"]
 
 
+def _name(row: dict) -> str:
+    """A measured row's model by shape: ``target``, ``draft``, ``head:I:M`` or ``small:H:L:M``."""
+    if row["model"] == "head":
+        return f"head:{row['intermediate']}:{row['draft_vocab']}"
+    if row["model"] == "small":
+        return f"small:{row['width']}:{row['layers']}:{row['draft_vocab']}"
+    return row["model"]
+
+
 def head(target, intermediate: int, draft_vocab: int):
     """A feature head on ``target`` (meta) of that MLP width and draft vocabulary."""
     from mdsd.drafters.head import FeatureHead, HeadConfig
@@ -159,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     for row in measured_rows(cfg.measured):
         if row["model"] == "head":
             built[f"head:{row['intermediate']}:{row['draft_vocab']}"] = head(target, *_pick(row))
-    for spec in cfg.small:
+    timed = {_name(r): r["captured_ms"] for r in measured_rows(cfg.measured)}
+    specs = list(cfg.small) + [n.removeprefix("small:") for n in timed if n.startswith("small:")]
+    for spec in dict.fromkeys(specs):
         built[f"small:{spec}"] = small(target, *(int(x) for x in spec.split(":")))
     counted = {}
     for name, model in built.items():
@@ -169,10 +182,7 @@ def main(argv: list[str] | None = None) -> None:
             "gbytes": 2 * cost.multiply_adds / 1e9,
             "macs_ratio": cost / base,
         }
-    fit_rows = []
-    for row in measured_rows(cfg.measured):
-        name = row["model"] if row["model"] != "head" else f"head:{row['intermediate']}:{row['draft_vocab']}"
-        fit_rows.append((name, row["captured_ms"]))
+    fit_rows = [(name, ms) for name, ms in timed.items() if not name.startswith("small:")]
     A = np.array([[counted[n]["kernels"], counted[n]["gbytes"]] for n, _ in fit_rows])
     y = np.array([ms for _, ms in fit_rows])
     (per_kernel, per_gbyte), *_ = np.linalg.lstsq(A, y, rcond=None)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name, c in counted.items():
         predicted = per_kernel * c["kernels"] + per_gbyte * c["gbytes"]
-        measured = next((ms for n, ms in fit_rows if n == name), None)
+        measured = timed.get(name)
         rows.append(
             {
                 "model": name,
@@ -188,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
                 "predicted_ms": predicted,
                 "measured_ms": measured,
                 "predicted_ratio": predicted / target_ms,
-                "measured_ratio": None if measured is None else measured / dict(fit_rows)["target"],
+                "measured_ratio": None if measured is None else measured / timed["target"],
+                "in_fit": name in dict(fit_rows),
             }
         )
         shown = "" if measured is None else f" measured {measured:.3f}"
