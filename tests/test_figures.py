@@ -490,7 +490,8 @@ def test_summary_optimal_verifiers_node_is_the_files():
     """BENCHMARKS.md's Summary, the optimal verifier's node: × RRS on the CPU from benchmarks/results/
     optimal.json, the slabs from optimal_slabs_before.json and optimal_slabs.json, the H100 from
     optimal_cuda.json, the H200's inductor row from optimal_cuda_h200.json, the ops from optimal_ops.json and
-    optimal_ops_before.json (k = 2, B = 1)."""
+    optimal_ops_before.json (k = 2, B = 1); after issue 45 on the H200, optimal_cuda_h200_1129.json and the
+    binary:3 steps of gpu_fast_h200_1129_verifiers.json."""
     cpu_low, cpu_high, faster_low, faster_high, slab_low, slab_high = _quoted(
         SUMMARY,
         "the optimal verifier's node: {}-{}× RRS on the CPU (since 2026-11-29 one row a slab: {}-{}× faster "
@@ -541,6 +542,40 @@ def test_summary_optimal_verifiers_node_is_the_files():
     assert (now["optimal"], then["optimal"], now["rrs"], now["kseq"]) == tuple(
         map(int, (after_ops, before_ops, rrs, kseq))
     )
+
+    fused, fused_rrs, fused_ratio, graph_ms, graph_rrs, graph_ratio, wide_ratio = _quoted(
+        SUMMARY,
+        "on the H200 (2026-11-29) **{} ms fused against RRS's {} ({}×)**, {} ms captured against {} ({}×), "
+        "{}× RRS per node at B = 1024;",
+    )
+    h200 = _load("benchmarks/results/optimal_cuda_h200_1129.json")["rows"]
+    one = {
+        (r["section"], r["verifier"]): r
+        for r in h200
+        if r["section"] in ("inductor", "graph") and (r["k"], r["batch"]) == (2, 1)
+    }
+    optimal, base = one[("inductor", "optimal")], one[("inductor", "rrs")]
+    assert _agrees(fused, optimal["inductor_ms"]) and _agrees(fused_rrs, base["inductor_ms"])
+    assert _agrees(fused_ratio, optimal["inductor_ms"] / base["inductor_ms"]) and optimal["same_tokens"]
+    optimal, base = one[("graph", "optimal")], one[("graph", "rrs")]
+    assert _agrees(graph_ms, optimal["graph_ms"]) and _agrees(graph_rrs, base["graph_ms"])
+    assert _agrees(graph_ratio, optimal["graph_ms"] / base["graph_ms"])
+    (wide,) = [
+        r["vs_rrs"]
+        for r in h200
+        if (r["section"], r["verifier"], r["k"], r["batch"]) == ("verify", "optimal", 2, 1024)
+    ]
+    assert _agrees(wide_ratio, wide)
+
+    step, step_rrs = _quoted(
+        SUMMARY, "a captured binary:3 step at B = 64 costs **{} ms under it against {} under RRS**"
+    )
+    steps = {
+        r["verifier"]: r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_h200_1129_verifiers.json")["verifiers"]
+        if r["batch"] == 64
+    }
+    assert _agrees(step, steps["optimal"]) and _agrees(step_rrs, steps["rrs"])
 
 
 def test_summary_luce_rule_is_the_files():
@@ -694,7 +729,8 @@ def test_summary_h200_decoder_is_the_sessions_files():
 def test_summary_feature_heads_on_the_h200_are_the_files():
     """BENCHMARKS.md's Summary, feature heads on the H200: forwards' ratios from benchmarks/results/
     gpu_fast_h200_1128_heads.json, the break-even from gpu_fast_h200_1128_head_decode.json (chain:4 step ÷
-    AR step, B = 1), the head's and the 0.5B draft's."""
+    AR step, B = 1), the head's and the 0.5B draft's; the small drafter's ratios from
+    gpu_fast_h200_1129_heads.json and its prediction from drafter_cost.json."""
     low, high, draft_captured, draft_fused, even, draft_even = _quoted(
         SUMMARY,
         "a feature head's forward **{}–{}** of the target's captured or fused (the 0.5B draft {} / {}); a "
@@ -714,6 +750,26 @@ def test_summary_feature_heads_on_the_h200_are_the_files():
     }
     assert _agrees(even, step[("chain:4", "head")] / step[("none", "none")])
     assert _agrees(draft_even, step[("chain:4", "draft")] / step[("none", "none")])
+
+    layers, width, captured, fused, predicted = _quoted(
+        SUMMARY,
+        "a small drafter of {} layers of width {} **{}** of the target captured, {} fused (predicted {} from "
+        "its kernels and bytes)",
+    )
+    (small,) = [
+        r
+        for r in _load("benchmarks/results/gpu_fast_h200_1129_heads.json")["heads"]
+        if r["model"] == "small"
+        and (r["layers"], r["width"], r["draft_vocab"], r["B"], r["tokens"])
+        == (int(layers), int(width), 16384, 1, 1)
+    ]
+    assert _agrees(captured, small["ratio_captured"]) and _agrees(fused, small["ratio_fused"])
+    (row,) = [
+        r
+        for r in _load("benchmarks/results/drafter_cost.json")["rows"]
+        if r["model"] == f"small:{width}:{layers}:16384"
+    ]
+    assert _agrees(predicted, row["predicted_ratio"]) and row["measured_ms"] == small["captured_ms"]
 
 
 def test_summary_prompt_lookup_on_the_forwards_is_the_file():
