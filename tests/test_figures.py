@@ -770,6 +770,10 @@ def test_summary_feature_heads_on_the_h200_are_the_files():
         if r["model"] == f"small:{width}:{layers}:16384"
     ]
     assert _agrees(predicted, row["predicted_ratio"]) and row["measured_ms"] == small["captured_ms"]
+    in_readme = _quoted(
+        README, "draft vocabulary; {} of the target's captured forward measured on an H200, {} predicted by"
+    )
+    assert in_readme == (captured, predicted)
 
 
 def test_summary_prompt_lookup_on_the_forwards_is_the_file():
