@@ -908,22 +908,34 @@ def _whole_set_runs(path: str, temperature: float) -> dict[str, dict[int, dict]]
     }
 
 
-def test_the_whole_set_figures_are_the_file():
-    """results/whole_sets/README.md's figures of the 0.5B draft's run, T = 0.6: tokens per target forward on
-    MT-Bench's 80 prompts (its run numbers 0-79) and the paired ratios over every prompt the methods share
-    (mdsd.harness.comparison.paired_ratio, seed 0, as the run's summary): results/whole_sets/
-    qwen2.5-coder-bf16/batch_efficiency.json."""
+def _paired(runs: dict, a: str, b: str, prompts) -> tuple[float, tuple[float, float]]:
+    """Tokens per target forward of method a over b on ``prompts``, with its paired bootstrap interval
+    (mdsd.harness.comparison.paired_ratio, seed 0, as the run's summary)."""
     from mdsd.harness.comparison import paired_ratio
 
+    counts = [[runs[m][i][key] for i in prompts] for m in (a, b) for key in ("tokens", "target_forwards")]
+    return paired_ratio(*counts, seed=0)
+
+
+WHOLE_SETS = "results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json"
+MT_BENCH, HUMANEVAL = range(80), range(80, 244)  # the whole-set run's numbering of its prompts
+
+
+def _rate(runs: dict, method: str, prompts) -> float:
+    rows = [runs[method][i] for i in prompts]
+    return sum(r["tokens"] for r in rows) / sum(r["target_forwards"] for r in rows)
+
+
+def test_the_whole_set_figures_are_the_file():
+    """results/whole_sets/README.md's figures of the 0.5B draft's run: tokens per target forward at T = 0.6
+    on MT-Bench's 80 prompts and HumanEval's 164, and the paired ratios over all 244 prompts and by set, at
+    T = 0.6 and 0: results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json."""
     text = (ROOT / "results/whole_sets/README.md").read_text()
     text = text[text.index("## `qwen2.5-coder-bf16/`") : text.index("## `qwen2.5-coder-bf16-head/`")]
-    runs = _whole_set_runs("results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json", 0.6)
+    runs = _whole_set_runs(WHOLE_SETS, 0.6)
+    everyone = sorted(set.intersection(*(set(r) for r in runs.values())))
+    assert everyone == list(range(244))
 
-    def rate(method: str, prompts) -> float:
-        rows = [runs[method][i] for i in prompts]
-        return sum(r["tokens"] for r in rows) / sum(r["target_forwards"] for r in rows)
-
-    mt_bench = range(80)
     quoted = _quoted(
         text,
         "On all 80 MT-Bench first turns (T = 0.6, tokens per target forward): chain:4 {}, binary:3 RRS {}, "
@@ -941,22 +953,93 @@ def test_the_whole_set_figures_are_the_file():
         "none/topk+lookup",
     )
     for printed, method in zip(quoted, methods, strict=True):
-        assert _agrees(printed, rate(method, mt_bench)), (method, printed)
-    shared = sorted(set.intersection(*(set(r) for r in runs.values())))
-    (count,) = _quoted(text, "Paired over the {} prompts every method has finished (T = 0.6):")
-    assert int(count) == len(shared)
-    pairs = (
-        ("RRS ÷ RRSw", "binary:3/rrs", "binary:3/rrsw"),
-        ("RRS ÷ SpecHub", "binary:3/rrs", "binary:3/spechub"),
-        ("RRS ÷ optimal", "binary:3/rrs", "binary:3/optimal"),
-        ("chain:4 ÷ chain:4 + lookup", "chain:4/single", "chain:4/single+lookup"),
-        ("SpecHub ÷ optimal", "binary:3/spechub", "binary:3/optimal"),
+        assert _agrees(printed, _rate(runs, method, MT_BENCH)), (method, printed)
+    quoted = _quoted(
+        text,
+        "On all 164 HumanEval prompts: chain:4 {}, RRS {}, RRSw {}, SpecHub {}, optimal {}, the dynamic "
+        "tree {}, HF assisted {}, prompt lookup alone {}, chain:4 + lookup {}.",
     )
-    for label, a, b in pairs:
-        ratio, low, high = _quoted(text, f"{label} {{}} [{{}}, {{}}]")
-        counts = [[runs[m][i][key] for i in shared] for m in (a, b) for key in ("tokens", "target_forwards")]
-        value, (lo, hi) = paired_ratio(*counts, seed=0)
-        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (label, value, lo, hi)
+    for printed, method in zip(quoted, (*methods, "chain:4/single+lookup"), strict=True):
+        assert _agrees(printed, _rate(runs, method, HUMANEVAL)), (method, printed)
+
+    (count,) = _quoted(text, "Paired over all {} prompts (T = 0.6):")
+    assert int(count) == len(everyone)
+    dynamic, hf = "dynamic:8,2,3,24/rrsw", "hf-assisted"
+    quotes = (
+        ("RRS ÷ RRSw {} [{}, {}]", "binary:3/rrs", "binary:3/rrsw", everyone, runs),
+        ("RRS ÷ SpecHub {} [{}, {}]", "binary:3/rrs", "binary:3/spechub", everyone, runs),
+        ("RRS ÷ optimal {} [{}, {}]", "binary:3/rrs", "binary:3/optimal", everyone, runs),
+        ("SpecHub ÷ optimal {} [{}, {}]", "binary:3/spechub", "binary:3/optimal", everyone, runs),
+        ("RRSw ÷ SpecHub {} [{}, {}]", "binary:3/rrsw", "binary:3/spechub", everyone, runs),
+        (
+            "(chain:4 ÷ chain:4 + lookup {} [{}, {}])",
+            "chain:4/single",
+            "chain:4/single+lookup",
+            HUMANEVAL,
+            runs,
+        ),
+        ("not on MT-Bench ({} [{}, {}])", "chain:4/single", "chain:4/single+lookup", MT_BENCH, runs),
+        ("over both, {} [{}, {}]", "chain:4/single", "chain:4/single+lookup", everyone, runs),
+        ("(dynamic ÷ HF {} [{}, {}])", dynamic, hf, everyone, runs),
+        ("ahead on MT-Bench ({} [{}, {}])", dynamic, hf, MT_BENCH, runs),
+        ("ahead on HumanEval ({} [{}, {}]:", dynamic, hf, HUMANEVAL, runs),
+    )
+    greedy = _whole_set_runs(WHOLE_SETS, 0.0)
+    quotes += (
+        ("(dynamic ÷ HF {} [{}, {}] on MT-Bench,", dynamic, hf, MT_BENCH, greedy),
+        ("{} [{}, {}] on HumanEval)", dynamic, hf, HUMANEVAL, greedy),
+    )
+    for pattern, a, b, prompts, rows in quotes:
+        ratio, low, high = _quoted(text, pattern)
+        value, (lo, hi) = _paired(rows, a, b, prompts)
+        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (pattern, value, lo, hi)
+    low, high, early_low, early_high = _quoted(
+        text, "{}-{} of the 244 per method at T = 0.6, {}-{} of them within 8 tokens"
+    )
+    ended = [[p for p in r.values() if p["stopped_by_eos"]] for r in runs.values()]
+    assert _ratio_range([len(e) for e in ended], low, high)
+    assert _ratio_range([sum(p["tokens"] <= 8 for p in e) for e in ended], early_low, early_high)
+
+
+def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
+    """README's and BENCHMARKS.md Summary's whole-set conclusions, T = 0.6: HF assisted generation against
+    the dynamic tree over all 244 prompts (paired) and by set, and the binary:3 verifiers, from
+    results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json."""
+    runs = _whole_set_runs(WHOLE_SETS, 0.6)
+    everyone, dynamic, hf = range(244), "dynamic:8,2,3,24/rrsw", "hf-assisted"
+    ratio, low, high, mt_dynamic, mt_hf, he_hf, he_dynamic = _quoted(
+        README,
+        "not separated (dynamic ÷ HF {} [{}, {}], paired, T = 0.6): the dynamic tree leads on MT-Bench ({} "
+        "against {}), HF assisted on HumanEval ({} against {}).",
+    )
+    value, (lo, hi) = _paired(runs, dynamic, hf, everyone)
+    assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi) and lo < 1 < hi
+    assert _agrees(mt_dynamic, _rate(runs, dynamic, MT_BENCH)) and _agrees(mt_hf, _rate(runs, hf, MT_BENCH))
+    assert _agrees(he_hf, _rate(runs, hf, HUMANEVAL)) and _agrees(he_dynamic, _rate(runs, dynamic, HUMANEVAL))
+    printed = _quoted(
+        README,
+        "tokens per target forward): SpecHub {}, RRSw {}, the i.i.d. optimum {}, RRS {}; paired over the {} "
+        "prompts RRS ÷ optimal {} [{}, {}] and SpecHub ÷ optimal {} [{}, {}]",
+    )
+    for value, method in zip(printed[:4], ("spechub", "rrsw", "optimal", "rrs"), strict=True):
+        assert _agrees(value, _rate(runs, f"binary:3/{method}", everyone)), method
+    assert int(printed[4]) == len(everyone)
+    for (ratio, low, high), a in ((printed[5:8], "rrs"), (printed[8:11], "spechub")):
+        value, (lo, hi) = _paired(runs, f"binary:3/{a}", "binary:3/optimal", everyone)
+        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), a
+
+    count, hf_all, dynamic_all, ratio, low, high, he_hf, he_dynamic, mt_hf, mt_dynamic = _quoted(
+        SUMMARY,
+        "on the whole sets ({} prompts, bfloat16, `results/whole_sets`) HF assisted generation {} against "
+        "the dynamic tree's {} at T = 0.6, not separated (paired {} [{}, {}]), {} against {} on HumanEval, "
+        "{} against {} on MT-Bench",
+    )
+    assert int(count) == len(everyone)
+    assert _agrees(hf_all, _rate(runs, hf, everyone)) and _agrees(dynamic_all, _rate(runs, dynamic, everyone))
+    value, (lo, hi) = _paired(runs, dynamic, hf, everyone)
+    assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi)
+    assert _agrees(he_hf, _rate(runs, hf, HUMANEVAL)) and _agrees(he_dynamic, _rate(runs, dynamic, HUMANEVAL))
+    assert _agrees(mt_hf, _rate(runs, hf, MT_BENCH)) and _agrees(mt_dynamic, _rate(runs, dynamic, MT_BENCH))
 
 
 def _check_cpu_pair(rows: dict, greedy: str, rrsw: str, hf: str, heuristic: str, ar: str) -> None:
