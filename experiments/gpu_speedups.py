@@ -80,7 +80,7 @@ import numpy as np
 import mdsd
 from mdsd.costs import Overhead, step_forwards
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
-from mdsd.harness.methods import acceptance_vector
+from mdsd.harness.methods import acceptance_vector, merge_runs
 from mdsd.tree.compiled import CapturedRunner
 from mdsd.tree.plan import DynamicTree, static_plan, with_retrieval
 from mdsd.tree.spec import parse_method, parse_tree
@@ -133,6 +133,13 @@ class Config:
             "results/source_first_backoff/draft_sources.json",
         ),
         metadata={"help": "measured tokens per target forward"},
+    )
+    sets: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "NAME:SIZE of the prompt sets a results file without a dataset column ran, in order (its "
+            "prompt numbers run through them): each method's row is split by set"
+        },
     )
     batches: tuple[int, ...] = field(default=(1, 2, 4, 8, 16, 32, 64), metadata={"help": "batch sizes B"})
     context: int = field(default=160, metadata={"help": "cache length of the prediction"})
@@ -285,6 +292,26 @@ def _profile(payload: dict, path: Path, rows: list[dict], column: str, who: str,
     return mdsd.CostProfile(model, device, dtype, 0, 30, b, t, c, times, zeros, how)
 
 
+def by_set(rows: list[dict], sets: tuple[str, ...]) -> list[dict]:
+    """``rows`` as they are, or, with ``sets`` (NAME:SIZE, in the order the run numbered its prompts) and
+    rows without a ``dataset``, each row split into one per set: its prompts' counts merged again
+    (:func:`mdsd.harness.methods.merge_runs`) under ``dataset`` NAME."""
+    if not sets or any(r.get("dataset") for r in rows):
+        return rows
+    spans, start = [], 0
+    for spec in sets:
+        name, _, size = spec.rpartition(":")
+        if not name or not size.isdigit() or int(size) < 1:
+            raise ValueError(f"--sets takes NAME:SIZE with a positive size; got {spec!r}")
+        spans.append((name, range(start, start + int(size))))
+        start += int(size)
+    split = []
+    for name, span in spans:
+        mine = [r | {"per_prompt": [p for p in r["per_prompt"] if p["prompt"] in span]} for r in rows]
+        split += [r | {"dataset": name} for r in merge_runs([r for r in mine if r["per_prompt"]])]
+    return split
+
+
 def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, mdsd.CostProfile]:
     if config.fused and not config.forwards:
         raise ValueError("--fused reads the fused_forwards section of --forwards: give --forwards too")
@@ -317,7 +344,7 @@ def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, 
     for result in config.results:
         payload = json.loads((ROOT / result).read_text())
         retrieve = tuple(payload["metadata"]["config"].get("retrieve", (1, 8)))
-        for r in payload["rows"]:
+        for r in by_set(payload["rows"], config.sets):
             plan = plan_of(r["method"], r["temperature"], retrieve)
             if plan is None or (draft is None and step_forwards(plan)[0]):
                 continue  # HF's methods; without a draft profile, the methods that run the draft model

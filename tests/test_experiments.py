@@ -711,6 +711,32 @@ def test_gpu_speedups_predicts_from_the_captured_forwards_of_gpu_fast(tmp_path):
         predictions(Config(fused=True))
 
 
+def test_gpu_speedups_splits_a_run_of_several_sets_by_set():
+    """--sets NAME:SIZE: a results row over two prompt sets becomes one row per set, its measures computed
+    again from that set's prompts alone (tokens per target forward = their tokens ÷ their forwards); rows
+    that name their dataset stay as they are; a malformed spec is refused."""
+    by_set = runpy.run_path(str(EXPERIMENTS / "gpu_speedups.py"))["by_set"]
+    counts = ("accepted", "retrieved", "drafted_steps", "model_steps", "draft_buffer_reads")
+    prompts = [
+        {"prompt": i, "seed": i, "batch": i // 2, "tokens": 8 + i, "steps": 4, "target_forwards": 2 + i % 3}
+        | {"draft_forwards": 6, "seconds": 1.0, "stopped_by_eos": i == 4}
+        | dict.fromkeys(counts, 0)
+        for i in range(5)
+    ]
+    row = {"method": "chain:4/single", "temperature": 0.6, "per_prompt": prompts}
+    split = by_set([row], ("a:2", "b:3"))
+    assert [(r["dataset"], r["prompts"]) for r in split] == [("a", 2), ("b", 3)]
+    for r, mine in zip(split, (prompts[:2], prompts[2:]), strict=True):
+        expected = sum(p["tokens"] for p in mine) / sum(p["target_forwards"] for p in mine)
+        assert r["tokens_per_forward"] == pytest.approx(expected)
+        assert r["method"] == "chain:4/single" and r["temperature"] == 0.6
+    named = [row | {"dataset": "humaneval"}]
+    assert by_set(named, ("a:2", "b:3")) is named and by_set([row], ()) == [row]
+    for bad in ("a", "a:0", ":3", "a:x"):
+        with pytest.raises(ValueError, match="--sets"):
+            by_set([row], (bad,))
+
+
 def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_path):
     """--heads: the heads section's target and the head of --head-shape at B = 1 (t = 1, 16) as the
     profiles; every speedup is E · f_p(1) / (Σ_d f_h(n_d) + f_p(F)), linear between the measured t; a shape
