@@ -96,17 +96,81 @@ def test_in_short_the_predicted_speedups_on_the_forwards_are_the_files():
         assert _agrees(printed, _speedup(source, "chain:4/single/first+lookup", t)), (source, printed)
 
 
+WHOLE_SPEEDUPS = {
+    (r["dataset"], r["temperature"], r["method"]): r
+    for r in _load("results/whole_sets/qwen2.5-coder-bf16/speedups/speedups_h200-forwards.json")["rows"]
+    if r["batch"] == 1
+}
+
+
 def test_the_readme_and_summary_speedups_on_the_forwards_are_the_files():
-    """The README's and BENCHMARKS.md's summary: prompt lookup 4.77× on HumanEval (2.94× on 10 prompts),
-    source first 2.18–2.41× (4 × 64 and 10 × 64)."""
-    for text in (README, BENCHMARKS):
-        low, high = _quoted(text, "source first {}–{}×;")
-        assert _agrees(low, _speedup("source_first", "chain:4/single/first+lookup"))
-        assert _agrees(high, _speedup("source_first_humaneval", "chain:4/single/first+lookup"))
-    (lookup,) = _quoted(README, "prompt lookup on HumanEval {}× autoregressive decoding")
-    (ten,) = _quoted(README, "({}× on 10 prompts)")
-    assert _agrees(lookup, _speedup("draft_sources", "none/topk+lookup"))
-    assert _agrees(ten, _speedup("source_first_humaneval", "none/topk+lookup"))
+    """The README's and BENCHMARKS.md's summary, on the whole sets at T = 0.6 (results/whole_sets/
+    qwen2.5-coder-bf16/speedups): prompt lookup alone on HumanEval (against captured and fused AR), source
+    first, the best model-only tree; beside them the first sample's 4.77× (results/gpu)."""
+    lookup = WHOLE_SPEEDUPS[("humaneval", 0.6, "none/topk+lookup")]
+    first = WHOLE_SPEEDUPS[("humaneval", 0.6, "chain:4/single/first+lookup")]
+    model_only = [r for r in WHOLE_SPEEDUPS.values() if _model_only(r)]
+    best = max(model_only, key=lambda r: r["speedup"])
+    assert (best["dataset"], best["method"].partition("/")[0]) == ("humaneval", "binary:3")
+    printed = _quoted(
+        README,
+        "prompt lookup alone on HumanEval {}× autoregressive decoding (the first estimate, {}×, rested on "
+        "{} prompts), source first {}×; model-only trees at most {}× (binary:3 on HumanEval). Against mdsd's "
+        "own fused AR, lookup alone is {}×.",
+    )
+    sample = _speedup("draft_sources", "none/topk+lookup")
+    values = (lookup["speedup"], sample, 2, first["speedup"], best["speedup"], lookup["speedup_vs_fused_ar"])
+    for text, value in zip(printed, values, strict=True):
+        assert _agrees(text, value), (text, value)
+    printed = _quoted(
+        SUMMARY,
+        "prompt lookup alone on HumanEval **{}×** on the forwards ({}× on the first 2 × 48 sample), source "
+        "first {}×; model-only trees at most {}× (binary:3 on HumanEval) | the H200's forwards, the real "
+        "pair's tokens per forward on all {} prompts |",
+    )
+    values = (lookup["speedup"], sample, first["speedup"], best["speedup"], 244)
+    for text, value in zip(printed, values, strict=True):
+        assert _agrees(text, value), (text, value)
+
+
+def test_the_whole_set_speedups_table_is_the_file():
+    """BENCHMARKS.md's table of the predictions on the whole sets: every cell from results/whole_sets/
+    qwen2.5-coder-bf16/speedups/speedups_h200-forwards.json (B = 1; T = 0.6, in brackets T = 0)."""
+    methods = {
+        "prompt lookup alone": "none/topk+lookup",
+        "chain:4 + lookup": "chain:4/single+lookup",
+        "chain:4 + lookup, source first": "chain:4/single/first+lookup",
+        "binary:3 SpecHub (T = 0: any verifier)": "binary:3/spechub",
+        "dynamic:8,2,3,24 RRSw": "dynamic:8,2,3,24/rrsw",
+    }
+    head = (
+        "| method | HumanEval: tokens / forward | speedup | vs fused AR | MT-Bench: tokens / forward | "
+        "speedup |"
+    )
+    table = BENCHMARKS.split(head)[1].split("\n\n")[0].strip().splitlines()[1:]
+    assert [line.split(" | ")[0].lstrip("| ") for line in table] == list(methods)
+    for line in table:
+        label = line.split(" | ")[0].lstrip("| ")
+        numbers = re.findall(r"\d+\.\d+", line.replace(label, ""))
+        rows = {
+            (d, t): WHOLE_SPEEDUPS[(d, t, methods[label])]
+            for d in ("humaneval", "mt-bench")
+            for t in (0.6, 0.0)
+        }
+        expected = (
+            rows[("humaneval", 0.6)]["tokens_per_forward"],
+            rows[("humaneval", 0.0)]["tokens_per_forward"],
+            rows[("humaneval", 0.6)]["speedup"],
+            rows[("humaneval", 0.0)]["speedup"],
+            rows[("humaneval", 0.6)]["speedup_vs_fused_ar"],
+            rows[("mt-bench", 0.6)]["tokens_per_forward"],
+            rows[("mt-bench", 0.0)]["tokens_per_forward"],
+            rows[("mt-bench", 0.6)]["speedup"],
+            rows[("mt-bench", 0.0)]["speedup"],
+        )
+        assert len(numbers) == len(expected), line
+        for text, value in zip(numbers, expected, strict=True):
+            assert _agrees(text, value), (label, text, value)
 
 
 def test_model_only_trees_are_quoted_at_their_best_row():
@@ -119,9 +183,6 @@ def test_model_only_trees_are_quoted_at_their_best_row():
         "humaneval",
         "binary:3/rrsw",
     )
-    for text in (README, BENCHMARKS):
-        (printed,) = _quoted(text, "model-only trees at most {}× (binary:3 RRSw on HumanEval)")
-        assert _agrees(printed, best["speedup"])
     printed, low, high = _quoted(
         BENCHMARKS,
         "model-only trees: at most {}× (binary:3 RRSw on HumanEval; chain:4 there {}–{}×), below 1× on "
@@ -777,16 +838,14 @@ def test_summary_feature_heads_on_the_h200_are_the_files():
 
 
 def test_summary_prompt_lookup_on_the_forwards_is_the_file():
-    """BENCHMARKS.md's Summary, prompt lookup on HumanEval predicted on the H200's forwards:
-    results/gpu/speedups_h200-forwards.json, its 2 × 48 sample results/draft_sources/draft_sources.json
-    (source first and model-only trees: the tests above)."""
-    batch, lookup, prompts, tokens = _quoted(
-        SUMMARY,
-        "predicted speedup over autoregressive decoding at B = {}: prompt lookup on HumanEval **{}×** on the "
-        "forwards ({} × {} sample)",
-    )
-    assert {r["batch"] for r in FORWARDS} == {int(batch)}
-    assert _agrees(lookup, _speedup("draft_sources", "none/topk+lookup"))
+    """BENCHMARKS.md's Summary, prompt lookup on HumanEval predicted on the H200's forwards: the whole sets'
+    batch (results/whole_sets/qwen2.5-coder-bf16/speedups) and the first sample's size, 2 × 48
+    (results/draft_sources/draft_sources.json; the figures themselves: the tests above)."""
+    (batch,) = _quoted(SUMMARY, "predicted speedup over autoregressive decoding at B = {} on the whole sets")
+    assert {r["batch"] for r in FORWARDS} == {int(batch)} and {
+        r["batch"] for r in WHOLE_SPEEDUPS.values()
+    } == {1}
+    prompts, tokens = _quoted(SUMMARY, "on the first {} × {} sample)")
     config = _load("results/draft_sources/draft_sources.json")["metadata"]["config"]
     assert (config["prompts_per_set"], config["max_new_tokens"]) == (int(prompts), int(tokens))
 
