@@ -23,9 +23,11 @@ def tiny_lm(
     attn: str = "sdpa",
     sharpness: float = 3.0,
     random_norms: bool = False,
+    layers: int = 2,
 ):
-    """A 2-layer model; ``sharpness`` scales the output layer (peakier next-token laws); ``random_norms``
-    also randomises the norm weights and biases (a mis-mapped tensor in a file format then shows)."""
+    """A model of ``layers`` layers (2); ``sharpness`` scales the output layer (peakier next-token laws);
+    ``random_norms`` also randomises the norm weights and biases (a mis-mapped tensor in a file format then
+    shows)."""
     families = {
         "qwen2": (Qwen2Config, Qwen2ForCausalLM),
         "qwen3": (Qwen3Config, Qwen3ForCausalLM),
@@ -36,7 +38,7 @@ def tiny_lm(
         vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=256,

@@ -62,6 +62,15 @@ def add_parser(subparsers) -> None:
         "--target", default="qwen2.5-coder", help="the run's target (a directory or a pair)"
     )
     features.add_argument("--top-k", type=int, default=64, help="the target's likeliest tokens kept (64)")
+    features.add_argument(
+        "--feature-layers",
+        type=int,
+        nargs="+",
+        default=(),
+        metavar="LAYER",
+        help="keep these decoder layers' outputs, concatenated, instead of the final hidden state (EAGLE-3's "
+        "features: two or more, e.g. 1 13 24 of Qwen2.5-1.5B's 28)",
+    )
     features.add_argument("--dtype", default="auto", help="model dtype (auto: as distill)")
     features.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     train = actions.add_parser("train", help="train a feature head (runs under torchrun too)")
@@ -144,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
         from mdsd.drafters.features import compute_corpus_features, compute_features
 
         if args.distilled:
-            out = compute_features(args.distilled, target, args.out, args.top_k, dtype)
+            out = compute_features(
+                args.distilled, target, args.out, args.top_k, dtype, feature_layers=tuple(args.feature_layers)
+            )
         else:
             sets = tuple(args.corpus)
             out = compute_corpus_features(
@@ -157,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
                 max_prompt_tokens=args.max_prompt_tokens,
                 max_answer_tokens=args.max_answer_tokens,
                 seed=args.seed,
+                feature_layers=tuple(args.feature_layers),
             )
         print(f"mdsd drafters features: features in {out}")
     elif args.action in ("pretrain", "finetune"):

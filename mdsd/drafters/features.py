@@ -18,7 +18,8 @@ starts):
 
 * ``tokens`` [N] int32: the token at i;
 * ``hidden`` [N, H] bfloat16: the target's final hidden state after reading tokens ..i (what its output
-  layer reads): the feature a head reads with token i + 1;
+  layer reads): the feature a head reads with token i + 1; with ``feature_layers`` (EAGLE-3's features,
+  :mod:`mdsd.drafters.head`) [N, n·H], the outputs of those n decoder layers at i, concatenated;
 * ``top_ids`` [N, K] int32, ``top_logp`` [N, K] float32: the target's K likeliest next tokens at T = 1 and
   their log-probabilities (the rest of the law is their tail, 1 − Σ p).
 
@@ -52,6 +53,7 @@ __all__ = [
     "features_path",
     "compute_features",
     "compute_corpus_features",
+    "check_feature_layers",
     "write_features",
     "load_features",
     "FEATURES",
@@ -64,9 +66,29 @@ def features_path(folder: str | os.PathLike, index: int) -> Path:
     return Path(folder) / f"features-{index:05d}.safetensors"
 
 
+def check_feature_layers(layers: tuple[int, ...], target_dir: str | os.PathLike) -> tuple[int, ...]:
+    """``layers`` as a head config takes them (none, or two or more distinct indices), each a decoder layer of
+    the target in ``target_dir`` (its ``config.json``); ``ValueError`` naming ``--feature-layers``."""
+    from mdsd.drafters.head import layer_indices
+
+    try:
+        layers = layer_indices(layers)
+    except ValueError as err:
+        raise ValueError(f"--feature-layers: {err}") from None
+    config = Path(target_dir) / "config.json"
+    depth = json.loads(config.read_text()).get("num_hidden_layers") if config.is_file() else None
+    if depth is not None and any(i >= depth for i in layers):
+        raise ValueError(f"--feature-layers: the target has {depth} decoder layers (0 to {depth - 1})")
+    return layers
+
+
 @torch.no_grad()
-def _read(target, sequences: list[list[int]], top_k: int, batch_tokens: int) -> dict[str, np.ndarray]:
+def _read(
+    target, sequences: list[list[int]], top_k: int, batch_tokens: int, layers: tuple[int, ...] = ()
+) -> dict[str, np.ndarray]:
     """One target forward per batch of sequences (right-padded): the arrays of the module docstring."""
+    from mdsd.tree.cache import layer_outputs
+
     decoder, head = target.get_decoder(), target.get_output_embeddings()
     dev = next(target.parameters()).device
     hidden, top_ids, top_logp = [], [], []
@@ -82,12 +104,14 @@ def _read(target, sequences: list[list[int]], top_k: int, batch_tokens: int) -> 
         width = max(map(len, batch))
         ids = torch.tensor([s + [0] * (width - len(s)) for s in batch], device=dev)
         mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch], device=dev)
-        h = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, width, H]
-        for row, seq in zip(h, batch, strict=True):
+        with layer_outputs(target, layers) as outputs:
+            h = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, width, H]
+        kept = torch.cat([outputs[i] for i in layers], -1) if layers else h  # [b, width, H or n·H]
+        for row, feature, seq in zip(h, kept, batch, strict=True):
             row = row[: len(seq)]
             logp = torch.log_softmax(head(row).float(), -1)
             top = logp.topk(top_k, -1)
-            hidden.append(row.to(torch.bfloat16).cpu())
+            hidden.append(feature[: len(seq)].to(torch.bfloat16).cpu())
             top_ids.append(top.indices.to(torch.int32).cpu())
             top_logp.append(top.values.cpu())
         start = stop
@@ -106,9 +130,11 @@ def compute_features(
     dtype: str = "float32",
     batch_tokens: int = 2048,
     progress: bool = True,
+    feature_layers: tuple[int, ...] = (),
 ) -> Path:
     """Write the missing features files of the distillation run in ``distilled`` into ``out`` (created;
-    ``features.json`` there records the run, the target and the command); returns ``out``."""
+    ``features.json`` there records the run, the target, ``feature_layers`` and the command); returns
+    ``out``."""
     from tqdm import tqdm
 
     from mdsd.hf import describe_model, load_model, load_tokenizer
@@ -125,6 +151,7 @@ def compute_features(
         **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["config"].items()}
     )
     target_dir = Path(target_dir)
+    layers = check_feature_layers(feature_layers, target_dir)
     described = describe_model(target_dir)
     if described["weights_sha256"] != manifest["target"]["weights_sha256"]:
         raise ValueError(f"{distilled} was distilled from another target ({manifest['target']['name']})")
@@ -132,6 +159,7 @@ def compute_features(
         "source": {"distilled": str(distilled), "config": manifest["config"]},
         "target": described,
         "top_k": top_k,
+        "feature_layers": list(layers),
         "dtype": dtype,
         **provenance(),  # command, revision, versions, device, time
     }
@@ -150,7 +178,7 @@ def compute_features(
     for s in tqdm(missing, desc="features", unit="shard", disable=not progress):
         shard = load_shard(distilled / f"shard-{s:05d}.npz")
         sequences, answers = shard_sequences(config, shard, tokenizer, texts)
-        write_features(features_path(out, s), target, sequences, answers, top_k, batch_tokens)
+        write_features(features_path(out, s), target, sequences, answers, top_k, batch_tokens, layers)
     return out
 
 
@@ -167,6 +195,7 @@ def compute_corpus_features(
     seed: int = 0,
     batch_tokens: int = 2048,
     progress: bool = True,
+    feature_layers: tuple[int, ...] = (),
 ) -> Path:
     """Write the missing features files of ``sequences`` corpus sequences (the ``sets`` interleaved, each a
     seeded sample of its items that have a reference; shard s holds sequences [s·S, (s+1)·S)) into
@@ -183,6 +212,7 @@ def compute_corpus_features(
             raise ValueError(f"--corpus: {name!r} is not a training set; choose from {sorted(TRAINING_SETS)}")
     if isinstance(sequences, bool) or not isinstance(sequences, int) or sequences < 1:
         raise ValueError(f"--sequences must be a positive int, got {sequences!r}")
+    layers = check_feature_layers(feature_layers, target_dir)
     described = describe_model(target_dir)
     corpus = {
         "sets": list(sets),
@@ -197,6 +227,7 @@ def compute_corpus_features(
         "source": {"corpus": corpus},
         "target": described,
         "top_k": top_k,
+        "feature_layers": list(layers),
         "dtype": dtype,
         **provenance(),  # command, revision, versions, device, time
     }
@@ -233,7 +264,7 @@ def compute_corpus_features(
             )
             rows.append(prompt + answer)
             answers.append(len(prompt))
-        write_features(features_path(out, s), target, rows, answers, top_k, batch_tokens)
+        write_features(features_path(out, s), target, rows, answers, top_k, batch_tokens, layers)
     return out
 
 
@@ -293,9 +324,13 @@ def _check_same(old: dict, new: dict, out: Path) -> None:
     old, new, keys = same(old), same(new), ("source", "top_k")
     if (
         any(old.get(k) != new[k] for k in keys)
+        or old.get("feature_layers", []) != new.get("feature_layers", [])
         or old["target"]["weights_sha256"] != new["target"]["weights_sha256"]
     ):
-        raise ValueError(f"{out} holds features of another run, corpus, target or --top-k; use another --out")
+        raise ValueError(
+            f"{out} holds features of another run, corpus, target, --top-k or --feature-layers; use another "
+            "--out"
+        )
 
 
 def write_features(
@@ -305,12 +340,13 @@ def write_features(
     answers: list[int],
     top_k: int = 64,
     batch_tokens: int = 2048,
+    feature_layers: tuple[int, ...] = (),
 ) -> Path:
     """The features file (module docstring) of ``sequences`` (token lists; ``answers``: where each answer
     starts) read by ``target``, written whole to ``path`` (a temporary file renamed)."""
     from safetensors.torch import save_file
 
-    arrays = _read(target, sequences, top_k, batch_tokens)
+    arrays = _read(target, sequences, top_k, batch_tokens, tuple(feature_layers))
     lengths = [len(q) for q in sequences]
     arrays["tokens"] = torch.tensor([t for q in sequences for t in q], dtype=torch.int32)
     arrays["offsets"] = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int64)

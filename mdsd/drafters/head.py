@@ -18,6 +18,17 @@ Below the root the head feeds its own g as the next position's feature, so it dr
 from its own predictions; after the target's verification it reads the accepted tokens again with the
 target's features (:attr:`mdsd.tree.cache.Cache.reads_features`).
 
+EAGLE-3's variant (Li et al., 2025) reads several of the target's layers instead of its last state: with
+``feature_layers`` (l_1, ..., l_n), n ≥ 2, the target's feature is the concatenation of those decoder layers'
+outputs, mapped to the width H by a learned ``fuse`` [n·H → H],
+
+.. math::
+
+    f_{t-1} = W_{fuse}\\,[h^{(l_1)}_{t-1}; \\dots; h^{(l_n)}_{t-1}],
+
+while the head's own g still feeds the next depth unchanged (a feature of width n·H is the target's, one of
+width H the head's: n ≥ 2 keeps them apart).
+
 A head is saved as ``head.safetensors`` (its input map and layer: what is trained) and ``head.json`` (its
 shape, draft vocabulary and the target it belongs to); loading takes the embedding and output rows from the
 target, after checking its hidden size, vocabulary and weights against the file.
@@ -36,7 +47,7 @@ from torch import nn
 from mdsd.drafters.cache import LayerCache
 from mdsd.drafters.layer import DecoderLayer, LayeredConfig, LayerShape
 
-__all__ = ["HeadConfig", "FeatureHead", "FILL"]
+__all__ = ["HeadConfig", "FeatureHead", "FILL", "layer_indices"]
 
 FILL = -1e30  # the logit of a token outside the draft vocabulary: exp(FILL - max) is 0 in float32
 
@@ -53,12 +64,31 @@ class HeadConfig(LayeredConfig):
     target: str  # the target's name
     target_weights: str  # the target's weights sha256 (mdsd.hf.describe_model), or "" if unknown
     family: str  # the target's model_type
+    feature_layers: tuple[int, ...] = ()  # the target's layers whose outputs it reads; () its final state
+
+    def __post_init__(self) -> None:  # a JSON list, read back as a tuple
+        object.__setattr__(self, "feature_layers", layer_indices(self.feature_layers))
+
+
+def layer_indices(layers) -> tuple[int, ...]:
+    """``layers`` as a head reads them: none (the target's final state), or two or more distinct decoder
+    layer indices >= 0 (one would have the width of the head's own feature); ``ValueError`` otherwise."""
+    layers = tuple(layers)
+    if len(layers) == 1 or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers):
+        raise ValueError(
+            f"feature layers must be none (the target's final state) or at least two decoder layer indices "
+            f">= 0; got {list(layers)}"
+        )
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"feature layers must be distinct; got {list(layers)}")
+    return layers
 
 
 class FeatureHead(nn.Module):
-    """The head of the module docstring. Trainable: ``fc`` (the input map W_in) and ``layer``; frozen buffers
-    from the target: ``embed`` [V, H] and ``out`` [M, H] (its output rows of the draft vocabulary
-    ``vocab`` [M]). It is a :class:`mdsd.tree.drafter.Drafter`: ``TreeDecoder(target, head, tree, ...)``."""
+    """The head of the module docstring. Trainable: ``fc`` (the input map W_in), ``layer`` and, reading
+    several of the target's layers, ``fuse``; frozen buffers from the target: ``embed`` [V, H] and ``out``
+    [M, H] (its output rows of the draft vocabulary ``vocab`` [M]). It is a
+    :class:`mdsd.tree.drafter.Drafter`: ``TreeDecoder(target, head, tree, ...)``."""
 
     reads_features = True
 
@@ -79,6 +109,8 @@ class FeatureHead(nn.Module):
             )
         self.head_config = config
         self.fc = nn.Linear(2 * H, H, bias=False)
+        layers = len(config.feature_layers)
+        self.fuse = nn.Linear(layers * H, H, bias=False) if layers else None
         self.layer = DecoderLayer(config.layer)
         self.register_buffer("embed", embed.detach(), persistent=False)
         self.register_buffer("out", out.detach(), persistent=False)
@@ -93,10 +125,12 @@ class FeatureHead(nn.Module):
         vocab: torch.Tensor,
         intermediate_size: int | None = None,
         describe: dict | None = None,
+        feature_layers: tuple[int, ...] = (),
     ) -> FeatureHead:
         """A fresh head for ``target`` (a ``transformers`` Llama / Qwen2 causal LM) with draft vocabulary
         ``vocab`` [M] (token ids): its layer initialised from the target's last layer (``intermediate_size``:
-        a narrower MLP, its first units), its input map passing the feature through (W_in = [0 | I]).
+        a narrower MLP, its first units), its input map passing the feature through (W_in = [0 | I]) and,
+        reading the target's ``feature_layers``, its fuse map passing the last of them through.
         ``describe``: the target's :func:`mdsd.hf.describe_model` (its name and weights digest)."""
         vocab = _check_vocab(vocab, target.get_output_embeddings().weight.shape[0])
         config = HeadConfig(
@@ -106,7 +140,9 @@ class FeatureHead(nn.Module):
             target=(describe or {}).get("name", getattr(target.config, "_name_or_path", "") or ""),
             target_weights=(describe or {}).get("weights_sha256", ""),
             family=str(getattr(target.config, "model_type", "")),
+            feature_layers=tuple(feature_layers),
         )
+        check_target(config, target)
         head = cls(config, *_frozen(target, vocab), vocab)
         layer = target.get_decoder().layers[-1]
         head.layer.load_state_dict(DecoderLayer.from_state(config.layer, layer.state_dict()).state_dict())
@@ -114,6 +150,9 @@ class FeatureHead(nn.Module):
         with torch.no_grad():
             head.fc.weight.zero_()
             head.fc.weight[:, H:] = torch.eye(H)
+            if head.fuse is not None:
+                head.fuse.weight.zero_()
+                head.fuse.weight[:, -H:] = torch.eye(H)
         param = next(target.parameters())
         return head.to(param.device, param.dtype)
 
@@ -155,14 +194,28 @@ class FeatureHead(nn.Module):
 
     # -- the computation ---------------------------------------------------------------------------------
 
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target's decoder layers whose outputs it reads, concatenated; () for the final hidden state."""
+        return self.head_config.feature_layers
+
+    def read(self, features: torch.Tensor) -> torch.Tensor:
+        """Features [..., H] as the layer's input map takes them: the target's several layers [..., n·H]
+        fused (W_fuse), a width-H feature (the target's final state, or the head's own g) as it is."""
+        features = features.to(self.fc.weight.dtype)
+        if self.fuse is not None and features.shape[-1] == self.fuse.in_features:
+            return self.fuse(features)
+        return features
+
     def inputs(self, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """The layer's inputs W_in [e(x_t); f_{t-1}] [B, Q, H] of tokens ``ids`` [B, Q] and their features."""
-        return self.fc(torch.cat([self.embed[ids], features.to(self.fc.weight.dtype)], dim=-1))
+        """The layer's inputs W_in [e(x_t); f_{t-1}] [B, Q, H] of tokens ``ids`` [B, Q] and their features
+        (:meth:`read`)."""
+        return self.fc(torch.cat([self.embed[ids], self.read(features)], dim=-1))
 
     def forward(self, ids: torch.Tensor, features: torch.Tensor, positions: torch.Tensor) -> tuple:
         """Whole sequences (training): the predicted features g [B, Q, H] and the logits on the draft
-        vocabulary [B, Q, M] of tokens ``ids`` [B, Q] with features ``features`` [B, Q, H] (each token's:
-        the feature of the position before it) at ``positions`` [B, Q], causally."""
+        vocabulary [B, Q, M] of tokens ``ids`` [B, Q] with features ``features`` [B, Q, H] or [B, Q, n·H]
+        (each token's: the feature of the position before it) at ``positions`` [B, Q], causally."""
         g = self.layer(self.inputs(ids, features), positions)
         return g, g @ self.out.T
 
@@ -216,6 +269,12 @@ def check_target(config: HeadConfig, target: nn.Module, target_weights: str | No
     hidden = int(target.get_output_embeddings().weight.shape[1])
     vocab = int(target.get_output_embeddings().weight.shape[0])
     family = str(getattr(getattr(target, "config", None), "model_type", ""))
+    depth = len(target.get_decoder().layers)
+    if any(i >= depth for i in config.feature_layers):
+        raise ValueError(
+            f"the head reads the target's layers {list(config.feature_layers)}; this target has {depth} "
+            f"(0 to {depth - 1})"
+        )
     for what, mine, theirs in (
         ("hidden size", config.layer.hidden_size, hidden),
         ("vocabulary", config.vocab_size, vocab),

@@ -137,12 +137,10 @@ class HeadData:
                     f"{folder}: no features ({FEATURES}); run mdsd drafters features first"
                 )
             record = json.loads((folder / FEATURES).read_text())
-            if self.records and (record["target"]["weights_sha256"], record["top_k"]) != (
-                self.records[0]["target"]["weights_sha256"],
-                self.records[0]["top_k"],
-            ):
+            if self.records and _kind(record) != _kind(self.records[0]):
                 raise ValueError(
-                    f"--features: {folder} was read by another target or top-K than {folders[0]}"
+                    f"--features: {folder} was read by another target, top-K or feature layers than "
+                    f"{folders[0]}"
                 )
             self.records.append(record)
             files = sorted(folder.glob("features-*.safetensors"))
@@ -170,6 +168,7 @@ class HeadData:
                 f"{folders[0]}: too few sequences ({sum(map(len, self.sequences.values()))}) to hold some out"
             )
         self.hidden_size = int(self.files[0]["hidden"].shape[1])
+        self.feature_layers = tuple(self.record.get("feature_layers", ()))
 
     def sets(self, part: str = "train") -> list[str | None]:
         """The training set each sequence of ``part`` was drawn from (:func:`~mdsd.drafters.features.
@@ -232,6 +231,11 @@ class HeadData:
         return out
 
 
+def _kind(record: dict) -> tuple:
+    """What every features folder of one training run must share: the target, top-K and feature layers."""
+    return record["target"]["weights_sha256"], record["top_k"], list(record.get("feature_layers", []))
+
+
 def position_loss(config: TrainConfig, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """The config's loss at each position [N] of lumped pairs p, q [N, n]."""
     from mdsd.drafters.losses import kl_divergence
@@ -263,8 +267,10 @@ def _objective(config: TrainConfig, head, batch: dict, slot: torch.Tensor) -> to
             total = total + config.feature_weight * F.smooth_l1_loss(
                 g[batch["valid"]], batch["next"][batch["valid"]]
             )
-        # the next unrolled step reads the head's own outputs where it read the target's (one position on)
-        features = torch.cat([batch["features"][:, :1], g[:, :-1]], 1)
+        # the next unrolled step reads the head's own outputs where it read the target's (one position on;
+        # the target's first feature fused to the head's width where it reads several layers)
+        first = getattr(head, "module", head).read(batch["features"][:, :1]).to(g.dtype)
+        features = torch.cat([first, g[:, :-1]], 1)
     return total / config.unroll
 
 
@@ -331,7 +337,14 @@ def train(
         )
     target = load_model(target_dir, "float32", device)
     vocab = data.vocabulary(config.draft_vocab)
-    head = FeatureHead.from_target(target, vocab, config.intermediate_size or None, described)
+    if config.feature_weight and data.feature_layers:
+        raise ValueError(
+            "--feature-weight regresses the head onto the target's final feature, which features of "
+            f"layers {list(data.feature_layers)} do not hold: train with --feature-weight 0"
+        )
+    head = FeatureHead.from_target(
+        target, vocab, config.intermediate_size or None, described, data.feature_layers
+    )
     del target  # the head keeps the embedding and its output rows
     slot = torch.full((head.head_config.vocab_size,), -1, dtype=torch.long)
     slot[vocab] = torch.arange(vocab.numel())

@@ -25,8 +25,10 @@ explicit slots (the fast path); a drafter that reads the target's features has i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+from collections.abc import Iterator
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
@@ -36,6 +38,7 @@ __all__ = [
     "Cache",
     "block_mask",
     "ModelCache",
+    "layer_outputs",
     "cache_keywords",
     "returned_cache",
     "finite",
@@ -48,7 +51,7 @@ class Forward(NamedTuple):
 
     logits: torch.Tensor  # [B, keep, V] at the cache's temperature (logits / T), non-finite entries zeroed
     bad: torch.Tensor  # [B] bool: the row had non-finite logits
-    hidden: torch.Tensor | None  # [B, keep, H] the features a drafter reads (a cache made with hidden=True)
+    hidden: torch.Tensor | None  # [B, keep, H or n·H] the features a drafter reads (made with hidden=True)
 
 
 @runtime_checkable
@@ -133,6 +136,27 @@ def _layers(cache: object) -> list:
     return [layer for layer in layers if layer.keys is not None and layer.keys.numel() > 0]
 
 
+@contextlib.contextmanager
+def layer_outputs(model: torch.nn.Module, layers: tuple[int, ...]) -> Iterator[dict[int, torch.Tensor]]:
+    """Within the block, the outputs [B, Q, H] of ``model``'s decoder layers ``layers`` (the residual stream
+    after each: EAGLE-3's features) in the dict it yields, {layer: output of its latest call}; forward
+    hooks, removed on leaving."""
+    got: dict[int, torch.Tensor] = {}
+    stack = model.get_decoder().layers
+    handles = []
+    for i in layers:
+
+        def keep(module, args, out, i=i):  # noqa: ARG001
+            got[i] = out[0] if isinstance(out, tuple) else out
+
+        handles.append(stack[i].register_forward_hook(keep))
+    try:
+        yield got
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @functools.cache
 def _arguments(model_type: type) -> tuple[str, bool]:
     """The name of the cache argument of the model's forward ("cache" from transformers 5.24, before that
@@ -180,8 +204,9 @@ class ModelCache:
     ``cache`` is what the model returned last (None before the first forward); ``valid [B, C]`` marks the
     slots each row may attend to, and its width always equals the cache's slot count. The step's region
     begins at slot ``start`` (:meth:`begin`). Logits come out at ``temperature`` (:func:`tempered`);
-    ``hidden``: :meth:`forward` also returns the final hidden states (after the last norm: what the output
-    layer reads), the features a drafter head reads.
+    ``hidden``: :meth:`forward` also returns the features a drafter head reads: the final hidden states
+    (after the last norm: what the output layer reads) or, with ``feature_layers``, the outputs of those
+    decoder layers concatenated (:func:`layer_outputs`).
     """
 
     reads_features = False
@@ -193,10 +218,12 @@ class ModelCache:
         device: torch.device,
         temperature: float = 1.0,
         hidden: bool = False,
+        feature_layers: tuple[int, ...] = (),
     ) -> None:
         self.model = model
         self.temperature = temperature
         self.hidden = hidden
+        self.feature_layers = tuple(feature_layers)
         self.cache: object = None
         self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=device)  # [B, C]
         self.start = 0
@@ -252,9 +279,12 @@ class ModelCache:
             **cache_keywords(self.model, self.cache),
         }
         if self.hidden:  # the base model's last hidden states, then the output layer on the kept ones
-            out = self.model.get_decoder()(**kwargs)
+            with layer_outputs(self.model, self.feature_layers) as layers:
+                out = self.model.get_decoder()(**kwargs)
             h = out.last_hidden_state[:, -keep:]
             logits, hidden = self.model.get_output_embeddings()(h), h
+            if self.feature_layers:
+                hidden = torch.cat([layers[i][:, -keep:] for i in self.feature_layers], dim=-1)
         else:
             if _arguments(type(self.model))[1]:
                 kwargs["logits_to_keep"] = keep

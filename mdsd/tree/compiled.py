@@ -234,7 +234,10 @@ class CapturedRunner:
             # internal assert, seen on an H200): the new state's graphs take a new pool.
             self._steps, self._pool = {}, None
             features = self.drafter is not None and self.drafter.reads_features
-            target = StaticLM(self.target, B, size, config.temperature, hidden=features)
+            layers = tuple(getattr(self.drafter, "feature_layers", ())) if features else ()
+            target = StaticLM(
+                self.target, B, size, config.temperature, hidden=features, feature_layers=layers
+            )
             draft = None if self.drafter is None else self.drafter.static_cache(B, size, config.temperature)
             retrieved = context = context_len = draft_features = None
             if config.source is not None:
@@ -242,9 +245,10 @@ class CapturedRunner:
             if tables:
                 context = torch.zeros(B, size, dtype=torch.long, device=dev)
                 context_len = torch.zeros(B, dtype=torch.long, device=dev)
-            if features:
+            if features:  # the target's final hidden state, or the outputs of the drafter's layers
                 hidden = self.target.get_output_embeddings().weight
-                draft_features = torch.zeros(B, width, hidden.shape[1], dtype=hidden.dtype, device=dev)
+                size_h = hidden.shape[1] * max(1, len(layers))
+                draft_features = torch.zeros(B, width, size_h, dtype=hidden.dtype, device=dev)
             state = _State(
                 target,
                 draft,

@@ -33,8 +33,9 @@ class Drafter(Protocol):
     """A drafter: the caches that draft a step's tree on either path.
 
     ``reads_features``: whether its caches read the target's hidden states (then the target's caches are
-    made with ``hidden=True``); ``config``: what the memory estimate reads (layers, heads, key/value heads,
-    head size, vocabulary: :func:`mdsd.tree.memory.decode_memory`).
+    made with ``hidden=True``, handing over the outputs of its decoder layers named by an optional
+    ``feature_layers`` attribute, else the final hidden states); ``config``: what the memory estimate reads
+    (layers, heads, key/value heads, head size, vocabulary: :func:`mdsd.tree.memory.decode_memory`).
     """
 
     reads_features: bool

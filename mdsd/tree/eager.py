@@ -55,7 +55,8 @@ class EagerRunner:
         profile = self.profile if self.profile is not None else dev.type == "cpu"
         self._timings = dict.fromkeys(PHASES, 0.0) if profile else {}
         features = self.drafter is not None and self.drafter.reads_features
-        self.target_cache = ModelCache(self.target, B, dev, T, hidden=features)
+        layers = tuple(getattr(self.drafter, "feature_layers", ())) if features else ()
+        self.target_cache = ModelCache(self.target, B, dev, T, hidden=features, feature_layers=layers)
         self.draft_cache = None
         if self.drafter is not None:
             # the drafter's pending block grows by a step's tokens after each step that does not read it

@@ -57,8 +57,8 @@ class StaticLM:
     """``model`` over static caches of ``rows`` rows and ``capacity`` slots per row.
 
     Implements :class:`mdsd.tree.cache.Cache` (logits at ``temperature``; with ``hidden``, also the final
-    hidden states, as :class:`~mdsd.tree.cache.ModelCache`); ``length`` [B] (committed entries per row) and
-    the caches are updated in place, so a captured step can reuse them.
+    hidden states or the outputs of ``feature_layers``, as :class:`~mdsd.tree.cache.ModelCache`); ``length``
+    [B] (committed entries per row) and the caches are updated in place, so a captured step can reuse them.
     """
 
     reads_features = False
@@ -70,6 +70,7 @@ class StaticLM:
         capacity: int,
         temperature: float = 1.0,
         hidden: bool = False,
+        feature_layers: tuple[int, ...] = (),
     ) -> None:
         reason = static_obstacle(model)
         if reason is not None:
@@ -98,6 +99,7 @@ class StaticLM:
         self.local = 0
         self.temperature = temperature
         self.hidden = hidden
+        self.feature_layers = tuple(feature_layers)
         # logits / T as (h / T) W: the division runs over [B, Q, hidden], not [B, Q, V], where the model's
         # dtype holds h / T (not float16: h / 1e-3 overflows it; there the float32 logits are divided)
         wide = torch.finfo(param.dtype).max > 1e38
@@ -145,12 +147,17 @@ class StaticLM:
         core = self.model.model
         h = core.embed_tokens(ids)
         cos, sin = core.rotary_emb(h, positions)
+        outputs = {}
         for i, layer in enumerate(self.layers):
             h = h + self._attention(i, layer.self_attn, layer.input_layernorm(h), cos, sin, write, mask)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
+            if i in self.feature_layers:
+                outputs[i] = h[:, -keep:]
         h = core.norm(h[:, -keep:])
         self.local = S + Q
         hidden = h if self.hidden else None
+        if self.hidden and self.feature_layers:
+            hidden = torch.cat([outputs[i] for i in self.feature_layers], dim=-1)
         if self._fold is not None:
             return Forward(*finite(self.model.get_output_embeddings()(h * self._fold)), hidden)
         return Forward(*finite(tempered(self.model.get_output_embeddings()(h), self.temperature)), hidden)

@@ -1,6 +1,8 @@
 """The feature head: its layer is the target's, its cache is its own forward, it decodes losslessly on both
 paths, and it refuses a target it was not made for."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -133,22 +135,29 @@ def test_a_head_that_copies_the_target_is_accepted_whole():
         assert out.tokens_per_step[0] == 1 and set(out.tokens_per_step[1:-1]) == {5}, out.tokens_per_step
 
 
+@pytest.mark.parametrize("layers", [(), (0, 1)])
 @pytest.mark.parametrize("compile", [False, "none"])
-def test_decoding_reads_the_features_the_head_was_trained_on(compile):
+def test_decoding_reads_the_features_the_head_was_trained_on(compile, layers):
     """At T = 0 with one draft a step, the decoder accepts a step's draft exactly where the head's training
     forward (each token with the target's feature of the position before it, as the features files store
-    them) agrees with the target's greedy token: the decoder pairs tokens and features as training does."""
-    target = tiny_lm(0, vocab=24)
-    head = FeatureHead.from_target(target, torch.arange(24))
-    with torch.no_grad():  # a head that agrees with the target at some positions and not at others
+    them: its final hidden state, or the outputs of the head's feature layers from transformers'
+    ``hidden_states``) agrees with the target's greedy token: the decoder pairs tokens and features as
+    training does."""
+    target = tiny_lm(0, vocab=24, layers=3)
+    head = FeatureHead.from_target(target, torch.arange(24), feature_layers=layers)
+    noise = 0.5 if layers else 0.05  # a head that agrees with the target at some positions and not at others
+    with torch.no_grad():
         for param in head.parameters():
-            param.add_(0.05 * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
+            param.add_(noise * torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
     prompt = [3, 4, 5, 6]
     dec = mdsd.TreeDecoder(target, head, mdsd.Tree.chain(1), "single", temperature=0.0, compile=compile)
     out = dec.generate(torch.tensor([prompt]), 30)
     ids = torch.tensor([prompt + out.tokens.tolist()])
     with torch.no_grad():
-        f = target.get_decoder()(input_ids=ids).last_hidden_state
+        read = target.get_decoder()(input_ids=ids, output_hidden_states=True)
+        # hidden_states[i + 1]: layer i's output (the last entry is the final norm's, so the last layer's
+        # output is not read here: 3 layers, features of the first two)
+        f = torch.cat([read.hidden_states[i + 1] for i in layers], -1) if layers else read.last_hidden_state
         _, logits = head(
             ids, torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1), torch.arange(ids.shape[1])[None]
         )
@@ -159,6 +168,60 @@ def test_decoding_reads_the_features_the_head_was_trained_on(compile):
         at += 1 + expected[-1]
     assert list(out.accepted_per_step) == expected
     assert 0 < sum(expected) < len(expected) - 1  # both outcomes occur
+
+
+@pytest.mark.parametrize("compile", [False, "none"])
+@pytest.mark.parametrize("tree", ["binary", "dynamic"])
+def test_a_head_reading_several_layers_decodes_losslessly(compile, tree):
+    """EAGLE-3's features (the outputs of target layers 0 and 2 of 3, fused): greedy decoding gives the
+    target's greedy tokens on both paths, and the decoder hands the head features of width 2H."""
+    target = tiny_lm(0, vocab=24, layers=3)
+    head = _trained_like(FeatureHead.from_target(target, torch.arange(0, 24, 2), feature_layers=(0, 2)), 1)
+    seen = []
+    head.fuse.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[-1]))
+    ar = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(PROMPTS, 12)
+    dec = mdsd.TreeDecoder(target, head, TREES[tree], "rrs", temperature=0.0, compile=compile)
+    outs = dec.generate_batch(PROMPTS, 12)
+    assert [o.tokens.tolist() for o in outs] == [o.tokens.tolist() for o in ar]
+    assert seen and set(seen) == {2 * target.config.hidden_size}
+
+
+def test_feature_layers_are_checked_saved_and_fused():
+    """Feature layers: none, or two or more distinct indices of the target's layers (else one clear line);
+    a fresh head's fuse map passes the last layer through and a width-H feature (its own g) is not fused;
+    they survive save and load, and a head.json without them reads as none."""
+    target = tiny_lm(0, vocab=16, layers=3)
+    for bad in ((1,), (0, 0), (-1, 2), (True, 1)):
+        with pytest.raises(ValueError, match="feature layers"):
+            FeatureHead.from_target(target, torch.arange(16), feature_layers=bad)
+    with pytest.raises(ValueError, match=r"layers \[0, 3\]; this target has 3"):
+        FeatureHead.from_target(target, torch.arange(16), feature_layers=(0, 3))
+    head = FeatureHead.from_target(target, torch.arange(16), feature_layers=(2, 0))
+    H = target.config.hidden_size
+    ids, a, b = torch.tensor([[1, 2]]), torch.randn(1, 2, H), torch.randn(1, 2, H)
+    assert torch.allclose(head.inputs(ids, torch.cat([a, b], -1)), b)  # the last listed layer, layer 0
+    assert torch.equal(head.read(a), a)
+    head = _trained_like(head, 3)
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        head.save(folder)
+        again = FeatureHead.load(folder, target)
+        assert again.feature_layers == (2, 0) and torch.equal(again.fuse.weight, head.fuse.weight)
+        plain = FeatureHead.from_target(target, torch.arange(16))
+        plain.save(folder)
+        config = json.loads((Path(folder) / "head.json").read_text())
+        config.pop("feature_layers")
+        (Path(folder) / "head.json").write_text(json.dumps(config))
+        assert (
+            FeatureHead.load(folder, target).feature_layers == ()
+            and FeatureHead.load(folder, target).fuse is None
+        )
+    with pytest.raises(ValueError, match="this target has 2"):
+        from mdsd.drafters.head import check_target
+
+        check_target(head.head_config, tiny_lm(0, vocab=16))
 
 
 @pytest.mark.slow

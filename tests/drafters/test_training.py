@@ -186,6 +186,63 @@ def test_bad_inputs_are_refused(setup, tmp_path):
         train(TrainConfig(**SMALL), broken, target_dir, tmp_path / "z", progress=False)
 
 
+def test_a_head_reading_several_layers_trains_and_decodes(tmp_path):
+    """EAGLE-3's features end to end on a 3-layer target: the features file keeps layers 0 and 1's outputs
+    concatenated (transformers' hidden_states), a head trained on them (unrolled: its own width-H outputs
+    feed the second pass) reads those layers and decodes losslessly on both paths; the feature regression,
+    folders of other layers and impossible layers are refused."""
+    from mdsd.drafters.features import check_feature_layers
+
+    target = tiny_lm(0, vocab=24, sharpness=4.0, layers=3)
+    target.save_pretrained(tmp_path / "target")
+    prompts = [[i % 24, (5 * i) % 24] for i in range(24)]
+    outs = mdsd.TreeDecoder(target, None, None, temperature=1.0).generate_batch(
+        prompts, 24, torch.Generator().manual_seed(0)
+    )
+    sequences = [p + o.tokens.tolist() for p, o in zip(prompts, outs, strict=True)]
+    record = {"source": {"tiny": True}, "target": describe_model(tmp_path / "target"), "top_k": 8}
+    for name, layers in (("fused", (0, 1)), ("final", ())):
+        (tmp_path / name).mkdir()
+        write_features(
+            features_path(tmp_path / name, 0), target, sequences, [2] * 24, 8, feature_layers=layers
+        )
+        (tmp_path / name / FEATURES).write_text(json.dumps(record | {"feature_layers": list(layers)}))
+    f = load_features(features_path(tmp_path / "fused", 0))
+    a, b = int(f["offsets"][0]), int(f["offsets"][1])
+    with torch.no_grad():
+        out = target(f["tokens"][a:b][None].long(), output_hidden_states=True)
+    want = torch.cat([out.hidden_states[1][0], out.hidden_states[2][0]], -1)
+    assert f["hidden"].shape[1] == 2 * target.config.hidden_size
+    assert torch.allclose(f["hidden"][a:b].float(), want, atol=0.05)  # stored in bfloat16
+
+    train(
+        TrainConfig(unroll=2, **SMALL),
+        tmp_path / "fused",
+        tmp_path / "target",
+        tmp_path / "h",
+        progress=False,
+    )
+    head = FeatureHead.load(tmp_path / "h", target)
+    assert head.feature_layers == (0, 1)
+    prompts = [[1, 2, 3], [5]]
+    greedy = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(prompts, 10)
+    for compile in (False, "none"):
+        dec = mdsd.TreeDecoder(target, head, mdsd.Tree.kary([2, 1]), "rrs", temperature=0.0, compile=compile)
+        assert [o.tokens.tolist() for o in dec.generate_batch(prompts, 10)] == [
+            o.tokens.tolist() for o in greedy
+        ]
+    with pytest.raises(ValueError, match="--feature-weight"):
+        config = TrainConfig(feature_weight=1.0, **SMALL)
+        train(config, tmp_path / "fused", tmp_path / "target", tmp_path / "w", progress=False)
+    with pytest.raises(ValueError, match="feature layers than"):
+        HeadData([tmp_path / "fused", tmp_path / "final"], 0.2, 0)
+    for bad, match in (((0, 3), "has 3 decoder layers"), ((1,), "at least two")):
+        with pytest.raises(ValueError, match=f"--feature-layers: .*{match}"):
+            check_feature_layers(bad, tmp_path / "target")
+    with pytest.raises(ValueError, match="--feature-layers"):
+        _check_same(record | {"feature_layers": [0, 1]}, record | {"feature_layers": []}, tmp_path)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
