@@ -17,6 +17,11 @@ captured in a CUDA graph).
 The same measures by training set (``by_set`` in the JSON, ``drafters_by_set.csv``: a corpus's chat and code
 sequences apart, each with its interval), where the features' record says which set a sequence came from.
 
+``--features`` may name several folders of the same sequences read with different feature layers (the
+final hidden state, or EAGLE-3's several layers: ``mdsd drafters features --feature-layers``): each head is
+read on the folder of its own layers, the 0.5B draft on the first, all on the same positions, so heads of
+either kind compare paired.
+
 Writes ``drafters.json``/``.csv`` (one row per drafter and measure), ``drafters_pairs.csv`` (paired
 differences), ``drafters_by_set.csv`` and ``drafters_curves.png``.
 
@@ -51,7 +56,10 @@ class Config:
     """Trained drafters against the 0.5B draft on held-out positions."""
 
     heads: tuple[str, ...] = field(default=(), metadata={"help": "feature heads' folders"})
-    features: str = field(default="", metadata={"help": "the features folder the heads were trained on"})
+    features: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "the features folder(s) the heads were trained on (one per kind of feature layer)"},
+    )
     pair: str = field(default="qwen2.5-coder", metadata={"help": "the real pair (its draft is compared)"})
     positions: int = field(default=4096, metadata={"help": "held-out answer positions (whole sequences)"})
     gpu: str = field(default="", metadata={"help": "benchmarks/gpu_fast.py heads results (optional)"})
@@ -98,7 +106,18 @@ def main(argv: list[str] | None = None) -> None:
     if len(splits) != 1:
         raise ValueError(f"--heads: trained on different held-out splits {sorted(splits)}")
     ((held_out, split_seed),) = splits
-    data = HeadData(Path(config.features).expanduser(), held_out, split_seed)
+    datas: dict[tuple[int, ...], HeadData] = {}
+    for folder in config.features:
+        data = HeadData(Path(folder).expanduser(), held_out, split_seed)
+        if data.feature_layers in datas:
+            raise ValueError(f"--features: two folders of feature layers {list(data.feature_layers)}")
+        first = next(iter(datas.values()), data)
+        if data.sequences != first.sequences or not all(
+            bool((a["tokens"] == b["tokens"]).all()) for a, b in zip(data.files, first.files, strict=True)
+        ):
+            raise ValueError(f"--features: {folder} holds other sequences than {config.features[0]}")
+        datas[data.feature_layers] = data
+    data = next(iter(datas.values()))
 
     dtype = cpu_dtype(config.dtype)
     target_dir, draft_dir = mdsd.hf.pair_paths(config.pair)
@@ -114,12 +133,16 @@ def main(argv: list[str] | None = None) -> None:
         else:
             model = mdsd.drafters.FeatureHead.load(drafters[name], target, digest)
             shape = (model.head_config.layer.intermediate_size, model.head_config.draft_vocab)
-        values = position_acceptance(data, model, limit=config.positions)
+        layers = model.feature_layers if shape else ()
+        if shape and layers not in datas:
+            raise ValueError(f"--features: no folder of feature layers {list(layers)} for {name}")
+        values = position_acceptance(datas[layers] if shape else data, model, limit=config.positions)
         per_drafter[name] = values
         cost = mdsd.costs.forward_cost(model)
         gpu = gpu_row(config.gpu, "head" if shape else "draft", shape)
         row = {
             "drafter": name,
+            "feature_layers": list(layers),
             "loss": trainings[name]["config"]["loss"] if name in trainings else "(pretrained)",
             "intermediate": shape[0] if shape else None,
             "draft_vocab": shape[1] if shape else None,
@@ -182,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             name: {k: t[k] for k in ("config", "data", "command", "git_revision")}
             for name, t in trainings.items()
         },
-        features=str(config.features),
+        features=list(config.features),
     )
     with open(out / "drafters_pairs.csv", "w") as f:
         f.write("a,b,measure,difference,low,high,significant\n")
