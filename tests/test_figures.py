@@ -958,6 +958,75 @@ def test_the_heads_held_out_acceptance_by_set_is_the_file():
                 assert _agrees(number, value), (label, cell)
 
 
+def test_the_fused_features_comparison_is_the_file():
+    """results/drafters/README.md's fused-features section: every cell of its table and its paired
+    differences from results/drafters/fused-features/drafters.json, the training curves' last points from
+    the two heads' training.json."""
+    text = (ROOT / "results/drafters/README.md").read_text()
+    text = text[text.index("## `fused-features/`") : text.index("## `distilled/chat/`")]
+    data = _load("results/drafters/fused-features/drafters.json")
+    rows = {r["drafter"]: r for r in data["rows"]}
+    by_set = {(r["drafter"], r["set"]): r for r in data["by_set"]}
+    positions, sequences = _quoted(text, "{} positions in {} sequences")
+    assert {(r["positions"], r["sequences"]) for r in rows.values()} == {
+        (int(positions.replace(",", "")), int(sequences))
+    }
+    for label, drafter in (
+        ("final hidden state", "corpus512-final-kl"),
+        ("layers 1, 13, 24 fused", "corpus512-fused-kl"),
+        ("0.5B draft", "draft-0.5b"),
+    ):
+        (line,) = [x for x in text.splitlines() if x.startswith(f"| {label} |")]
+        numbers = re.findall(NUMBER, line.replace(label, ""))
+        r = rows[drafter]
+        expected = [r["acceptance"]]
+        expected += [r["acceptance_low"], r["acceptance_high"]] if drafter != "draft-0.5b" else []
+        expected += [r["alpha_4"]]
+        expected += [r["alpha_4_low"], r["alpha_4_high"]] if drafter != "draft-0.5b" else []
+        expected += [
+            by_set[(drafter, "chat-train")]["acceptance"],
+            by_set[(drafter, "code-train")]["acceptance"],
+        ]
+        expected += [r["multiply_adds_ratio"]]
+        assert len(numbers) == len(expected), line
+        for number, value in zip(numbers, expected, strict=True):
+            assert _agrees(number, value), (label, number, value)
+    pairs = {
+        r["measure"]: r
+        for r in data["pairs"]
+        if (r["a"], r["b"]) == ("corpus512-final-kl", "corpus512-fused-kl")
+    }
+    quoted = _quoted(text, "final − fused −{} [−{}, −{}] in single-draft acceptance, −{} [−{}, −{}] in α*_4")
+    for printed, value in zip(
+        quoted,
+        [-pairs[m][k] for m in ("acceptance", "alpha_4") for k in ("difference", "low", "high")],
+        strict=True,
+    ):
+        assert _agrees(printed, value), (printed, value)
+    final_a, fused_a, difference, low, high, final_4, fused_4, extra = _quoted(
+        BENCHMARKS,
+        "accept {} and **{}** at depth 1 on the same 4,686 held-out answer positions (paired difference {} "
+        "[{}, {}]; α*_4 {} and {}), for {} of the target's multiply-adds more",
+    )
+    a, b = rows["corpus512-final-kl"], rows["corpus512-fused-kl"]
+    pair = pairs["acceptance"]
+    for printed, value in (
+        (final_a, a["acceptance"]),
+        (fused_a, b["acceptance"]),
+        (difference, -pair["difference"]),
+        (low, -pair["high"]),
+        (high, -pair["low"]),
+        (final_4, a["alpha_4"]),
+        (fused_4, b["alpha_4"]),
+        (extra, b["multiply_adds_ratio"] - a["multiply_adds_ratio"]),
+    ):
+        assert _agrees(printed, value), (printed, value)
+    fused, final = _quoted(text, "agree: {} against {} after 400 steps")
+    for printed, kind in ((fused, "fused"), (final, "final")):
+        curve = _load(f"results/drafters/fused-features/corpus512-{kind}-kl/training.json")["curve"]
+        assert curve[-1]["step"] == 400 and _agrees(printed, curve[-1]["acceptance"])
+
+
 def _whole_set_runs(path: str, temperature: float) -> dict[str, dict[int, dict]]:
     """{method: {prompt: its per-prompt counts}} of a batch_efficiency run at ``temperature``."""
     return {
