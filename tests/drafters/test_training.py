@@ -98,6 +98,17 @@ def test_a_corpus_run_may_grow_but_not_change():
             _check_same(record, other, Path("out"))
 
 
+def _decodes_losslessly(target, head) -> None:
+    """Greedy decoding with ``head`` on a tree gives the target's greedy tokens on both paths."""
+    prompts = [[1, 2, 3], [5]]
+    greedy = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(prompts, 10)
+    for compile in (False, "none"):
+        dec = mdsd.TreeDecoder(target, head, mdsd.Tree.kary([2, 1]), "rrs", temperature=0.0, compile=compile)
+        assert [o.tokens.tolist() for o in dec.generate_batch(prompts, 10)] == [
+            o.tokens.tolist() for o in greedy
+        ]
+
+
 @pytest.mark.parametrize("loss", ["kl", "tv", "alpha"])
 def test_each_loss_trains_a_head_that_decodes_losslessly(setup, tmp_path, loss):
     target_dir, features = setup
@@ -111,13 +122,7 @@ def test_each_loss_trains_a_head_that_decodes_losslessly(setup, tmp_path, loss):
     target = mdsd.hf.load_model(target_dir)
     head = FeatureHead.load(tmp_path, target, describe_model(target_dir)["weights_sha256"])
     assert head.vocab.numel() == SMALL["draft_vocab"]
-    prompts = [[1, 2, 3], [5]]
-    greedy = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(prompts, 10)
-    for compile in (False, "none"):
-        dec = mdsd.TreeDecoder(target, head, mdsd.Tree.kary([2, 1]), "rrs", temperature=0.0, compile=compile)
-        assert [o.tokens.tolist() for o in dec.generate_batch(prompts, 10)] == [
-            o.tokens.tolist() for o in greedy
-        ]
+    _decodes_losslessly(target, head)
 
 
 def test_the_alpha_loss_beats_kl_on_its_own_objective_or_says_by_how_much(setup, tmp_path):
@@ -224,13 +229,7 @@ def test_a_head_reading_several_layers_trains_and_decodes(tmp_path):
     )
     head = FeatureHead.load(tmp_path / "h", target)
     assert head.feature_layers == (0, 1)
-    prompts = [[1, 2, 3], [5]]
-    greedy = mdsd.TreeDecoder(target, None, None, temperature=0.0).generate_batch(prompts, 10)
-    for compile in (False, "none"):
-        dec = mdsd.TreeDecoder(target, head, mdsd.Tree.kary([2, 1]), "rrs", temperature=0.0, compile=compile)
-        assert [o.tokens.tolist() for o in dec.generate_batch(prompts, 10)] == [
-            o.tokens.tolist() for o in greedy
-        ]
+    _decodes_losslessly(target, head)
     with pytest.raises(ValueError, match="--feature-weight"):
         config = TrainConfig(feature_weight=1.0, **SMALL)
         train(config, tmp_path / "fused", tmp_path / "target", tmp_path / "w", progress=False)
