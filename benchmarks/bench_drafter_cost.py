@@ -167,10 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     target, draft = meta_lm(cfg.target), meta_lm(cfg.draft)
     base = forward_cost(target)
     built = {"target": target, "draft": draft}
-    for row in measured_rows(cfg.measured):
+    timed_rows = measured_rows(cfg.measured)
+    for row in timed_rows:
         if row["model"] == "head":
-            built[f"head:{row['intermediate']}:{row['draft_vocab']}"] = head(target, *_pick(row))
-    timed = {_name(r): r["captured_ms"] for r in measured_rows(cfg.measured)}
+            built[_name(row)] = head(target, *_pick(row))
+    timed = {_name(r): r["captured_ms"] for r in timed_rows}
     specs = list(cfg.small) + [n.removeprefix("small:") for n in timed if n.startswith("small:")]
     for spec in dict.fromkeys(specs):
         built[f"small:{spec}"] = small(target, *(int(x) for x in spec.split(":")))
