@@ -35,6 +35,14 @@ and the next runs) and written to ``$OUT/gpu_fast.json`` as it finishes:
   head_fused head_decode's steps at B = 1 fused by inductor, then captured
   head_kernels
              a captured chain:4 step's device kernels with the head and with the draft (torch.profiler)
+  fused_heads
+             the trained drafters' shapes: the head reading the final state and reading three layers fused
+             (EAGLE-3), and the small drafter, forwards as heads
+  drafter_decode
+             head_decode's steps for those three drafters (chain:4; binary:3 for the fused head and the
+             small drafter), B = 1 and 64
+  drafter_fused
+             chain:4 with the fused head and with the small drafter at B = 1, fused by inductor, captured
   ar_hf      autoregressive decoding like for like in one process: Hugging Face generate (static cache and
              default) and mdsd's (captured, fused), the steady per-token time with prefill left out
 
@@ -207,7 +215,8 @@ def static_forwards(model, B: int, tokens: tuple[int, ...]):
     tokens for each of B rows after a cache of CONTEXT entries, run once already (so it can be captured).
     One of mdsd's drafters (a feature head, a small drafter) runs over its own static cache; a feature head
     (``reads_features``) reads random features [B, t, H] where the decoder gives it the target's; every t
-    keeps all t rows of logits, at T = 1."""
+    keeps all t rows of logits, at T = 1 (a fused head: the fused [B, t, n·H] of the target's n layers, what
+    it reads at a step's first depth)."""
     from mdsd.tree.draft import causal
     from mdsd.tree.drafter import Drafter
     from mdsd.tree.static import StaticLM
@@ -220,8 +229,9 @@ def static_forwards(model, B: int, tokens: tuple[int, ...]):
     def features(t: int) -> torch.Tensor | None:
         if not head:
             return None
-        weight = model.fc.weight
-        return torch.randn(B, t, model.head_config.layer.hidden_size, dtype=weight.dtype, device=DEV)
+        weight, width = model.fc.weight, model.head_config.layer.hidden_size
+        width *= max(1, len(model.feature_layers))
+        return torch.randn(B, t, width, dtype=weight.dtype, device=DEV)
 
     real = torch.ones(B, CONTEXT, dtype=torch.bool, device=DEV)
     ids = torch.randint(vocab, (B, CONTEXT), device=DEV)
@@ -575,17 +585,23 @@ HEADS = ((8960, 32000), (4096, 16384), (2048, 8192))
 # (4 x 512) and its neighbours; benchmarks/bench_drafter_cost.py predicts them at 0.10-0.16 of the target
 SMALL_DRAFTERS = ((512, 4, 16384), (512, 2, 16384), (1024, 4, 32768))
 FUSED = "inductor-cudagraph" if DEV.type == "cuda" else "inductor"  # a forward or step fused, then captured
+# the target's layers a fused head reads (EAGLE-3's low, middle and high layers: 1, L/2 - 1, L - 4 of 28; the
+# trained fused head's); both of the tiny target's two
+FEATURE_LAYERS = (0, 1) if SMALL else (1, 13, 24)
 
 
-def feature_head(intermediate: int, draft_vocab: int):
+def feature_head(intermediate: int, draft_vocab: int, fused: bool = False):
     """A fresh feature head on the target (its draft vocabulary the first tokens: random weights make any
     choice as good), of HEADS' shape at the qwen shapes, scaled with the target's MLP and vocabulary on
-    --small's tiny ones."""
+    --small's tiny ones; ``fused``: reading FEATURE_LAYERS' outputs (EAGLE-3) instead of the final state."""
     shape, qwen = bench_decode.SHAPES[SHAPE][0], bench_decode.SHAPES["qwen"][0]
     width = max(1, round(intermediate * shape[1] / qwen[1]))
     rows = max(1, round(draft_vocab * shape[-1] / qwen[-1]))
     target, _ = pair()
-    return mdsd.drafters.FeatureHead.from_target(target, torch.arange(rows), intermediate_size=width)
+    layers = FEATURE_LAYERS if fused else ()
+    return mdsd.drafters.FeatureHead.from_target(
+        target, torch.arange(rows), intermediate_size=width, feature_layers=layers
+    )
 
 
 def small_drafter(width: int, layers: int, draft_vocab: int):
@@ -625,22 +641,42 @@ def heads() -> list[dict]:
     t; ``macs_ratio`` and ``bytes_ratio``:
     :func:`mdsd.costs.forward_cost` per token over the target's, what the time ratio comes to where both
     forwards are bound by reading their weights. The target first (the ratios' reference), the draft last."""
-    from mdsd.tree.compiled import capture
-
-    target, draft = pair()
-    base = mdsd.costs.forward_cost(target)
+    _, draft = pair()
     models = [
-        ("target", lambda: target),
         *(("head", functools.partial(feature_head, *shape)) for shape in HEADS),
         *(("small", functools.partial(small_drafter, *shape)) for shape in SMALL_DRAFTERS),
         ("draft", lambda: draft),
     ]
+    return forward_rows("heads", models)
+
+
+@torch.no_grad()
+def fused_heads() -> list[dict]:
+    """:func:`heads`' forwards for the trained drafters' shapes: the feature head (HEADS[1]) reading the
+    target's final state and reading FEATURE_LAYERS fused (EAGLE-3; its fuse map reads [B, t, 3·H]), and the
+    small drafter (SMALL_DRAFTERS[0]), beside the target's."""
+    models = [
+        ("head", functools.partial(feature_head, *HEADS[1])),
+        ("head-fused", functools.partial(feature_head, *HEADS[1], fused=True)),
+        ("small", functools.partial(small_drafter, *SMALL_DRAFTERS[0])),
+    ]
+    return forward_rows("fused_heads", models)
+
+
+def forward_rows(name: str, models: list) -> list[dict]:
+    """Section ``name``: the target's static forwards, then each of ``models`` ((who, make) pairs), as
+    :func:`heads` describes."""
+    from mdsd.tree.compiled import capture
+
+    target, _ = pair()
+    base = mdsd.costs.forward_cost(target)
     rows, reference = [], {}
-    for who, make in models:
+    for who, make in [("target", lambda: target), *models]:
         model = make()
-        if who == "head":
+        if who.startswith("head"):
             config = model.head_config
             shape = dict(intermediate=config.layer.intermediate_size, draft_vocab=config.draft_vocab)
+            shape.update(feature_layers=list(config.feature_layers))
         elif who == "small":
             config = model.small_config
             shape = dict(
@@ -666,7 +702,7 @@ def heads() -> list[dict]:
                 for kind in ("captured", "fused"):
                     if f"{kind}_ms" in row and f"{kind}_ms" in ref:
                         row[f"ratio_{kind}"] = row[f"{kind}_ms"] / ref[f"{kind}_ms"]
-                keep("heads", rows, row)
+                keep(name, rows, row)
     return rows
 
 
@@ -690,6 +726,24 @@ def head_fused() -> list[dict]:
     ``seconds_with_warm_up``)."""
     runs = [("none", "none", 1), ("chain:4", "head", 1), ("binary:3", "head", 1), ("chain:4", "draft", 1)]
     return drafter_rows("head_fused", FUSED, runs)
+
+
+@torch.no_grad()
+def drafter_decode() -> list[dict]:
+    """:func:`head_decode` for the trained drafters' shapes, on the fast path (FAST) at B = 1 and 64:
+    autoregressive; chain:4 with the head, the fused head (the target's step then keeps FEATURE_LAYERS'
+    outputs for it) and the small drafter; binary:3 with the fused head and the small drafter."""
+    trees = [("none", "none"), *(("chain:4", d) for d in ("head", "head-fused", "small"))]
+    trees += [("binary:3", d) for d in ("head-fused", "small")]
+    return drafter_rows("drafter_decode", FAST, [(spec, who, B) for B in (1, 64) for spec, who in trees])
+
+
+@torch.no_grad()
+def drafter_fused() -> list[dict]:
+    """chain:4 with the fused head and with the small drafter at B = 1, the step fused by inductor, then
+    captured (FUSED), beside autoregressive decoding fused (each step shape compiles once)."""
+    runs = [("none", "none", 1), ("chain:4", "head-fused", 1), ("chain:4", "small", 1)]
+    return drafter_rows("drafter_fused", FUSED, runs)
 
 
 @torch.no_grad()
@@ -731,10 +785,17 @@ def head_kernels() -> list[dict]:
 
 def drafter_setup(new_tokens: int) -> tuple:
     """What the drafter sections decode with: the target, the drafters by name ("none", the 0.5B-shaped
-    "draft", the HEADS[1] "head"), bench_decode's config (T = 0.6, RRSw at multi-draft nodes, ``new_tokens``
-    new tokens) and 64 prompts of 64 random tokens (token lists)."""
+    "draft", the HEADS[1] "head", the same reading FEATURE_LAYERS "head-fused", the SMALL_DRAFTERS[0]
+    "small"), bench_decode's config (T = 0.6, RRSw at multi-draft nodes, ``new_tokens`` new tokens) and 64
+    prompts of 64 random tokens (token lists)."""
     target, draft = pair()
-    drafters = {"none": None, "draft": draft, "head": feature_head(*HEADS[1])}
+    drafters = {
+        "none": None,
+        "draft": draft,
+        "head": feature_head(*HEADS[1]),
+        "head-fused": feature_head(*HEADS[1], fused=True),
+        "small": small_drafter(*SMALL_DRAFTERS[0]),
+    }
     cfg = bench_decode.Config(device=str(DEV), dtype=DTYPE, max_new_tokens=new_tokens, prompt_tokens=64)
     cfg.temperature, cfg.verifier = 0.6, "rrsw"
     gen = torch.Generator().manual_seed(0)
@@ -866,6 +927,9 @@ PLAN = [
     ("head_decode", head_decode),
     ("head_fused", head_fused),
     ("head_kernels", head_kernels),
+    ("fused_heads", fused_heads),
+    ("drafter_decode", drafter_decode),
+    ("drafter_fused", drafter_fused),
     ("ar_hf", ar_hf),
 ]
 

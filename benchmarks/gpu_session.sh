@@ -8,13 +8,16 @@
 #   bash benchmarks/gpu_session.sh 3    # feature heads: forwards, decoding steps; AR against HF, like for like
 #   bash benchmarks/gpu_session.sh 4    # a head's captured step by kernel; the head's steps fused (B = 1)
 #   bash benchmarks/gpu_session.sh 5    # heads and small drafters; the optimal verifier's node and step; kernels
+#   bash benchmarks/gpu_session.sh 6    # the trained drafters' shapes (fused head, small): forwards, steps;
+#                                       # training a head on the card (benchmarks/gpu_train.py)
 #
 # Results go to $OUT (default /tmp/gpu_out): gpu_fast.json (part 1), gpu_fast_fused.json, gpu_fast_steps.json,
 # gpu_fast_checks.json, optimal_cuda.json (part 2), the profiles profile_{target,draft}_static.json, and
 # gpu_fast_heads.json, gpu_fast_head_decode.json, gpu_fast_ar_hf.json (part 3: about 5.5 minutes, at most
 # 7.7; each section in one process, so a section cut by its limit keeps the rows it finished), and for part 5
 # gpu_fast_heads.json, optimal_cuda.json (written after each block), gpu_fast_verifiers.json (binary:3 under
-# each verifier) and gpu_fast_head_kernels.json: at most 9.3 minutes.
+# each verifier) and gpu_fast_head_kernels.json: at most 9.3 minutes; for part 6 gpu_fast_drafters.json,
+# gpu_fast_drafter_decode.json, gpu_fast_drafter_fused.json and gpu_train.json: at most 9.5 minutes.
 set -u
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/gpu_out}
@@ -49,8 +52,16 @@ case "${1:-1}" in
     GPU_FAST_RESULT=gpu_fast_verifiers.json timeout 130 python3 benchmarks/gpu_fast.py --one-process verifiers
     GPU_FAST_RESULT=gpu_fast_head_kernels.json timeout 90 python3 benchmarks/gpu_fast.py --one-process head_kernels
     ;;
+6)
+    GPU_FAST_RESULT=gpu_fast_drafters.json timeout 90 python3 benchmarks/gpu_fast.py --one-process env fused_heads
+    GPU_FAST_RESULT=gpu_fast_drafter_decode.json timeout 80 python3 benchmarks/gpu_fast.py --one-process \
+        drafter_decode
+    GPU_FAST_RESULT=gpu_fast_drafter_fused.json timeout 180 python3 benchmarks/gpu_fast.py --one-process \
+        drafter_fused
+    timeout 210 python3 benchmarks/gpu_train.py check rate
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh 1|2|3|4|5" >&2
+    echo "usage: bash benchmarks/gpu_session.sh 1|2|3|4|5|6" >&2
     exit 2
     ;;
 esac

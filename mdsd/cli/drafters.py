@@ -88,7 +88,9 @@ def add_parser(subparsers) -> None:
     train.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     train.add_argument("--device", default="cpu", help="torch device (cuda: NCCL under torchrun)")
     train.add_argument(
-        "--dtype", default="auto", help="compute dtype on the CPU (auto: bfloat16 where native)"
+        "--dtype",
+        default="auto",
+        help="compute dtype: bfloat16 (autocast, CPU or GPU), float32, auto (bfloat16 where the CPU has it)",
     )
     train.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     pretrain = actions.add_parser("pretrain", help="pretrain a small drafter on generic text (stage P)")

@@ -133,6 +133,12 @@ class FeatureHead(nn.Module):
         reading the target's ``feature_layers``, its fuse map passing the last of them through.
         ``describe``: the target's :func:`mdsd.hf.describe_model` (its name and weights digest)."""
         vocab = _check_vocab(vocab, target.get_output_embeddings().weight.shape[0])
+        widest = int(target.config.intermediate_size)
+        if intermediate_size is not None and not 0 < intermediate_size <= widest:
+            raise ValueError(
+                f"--intermediate-size: a head's MLP takes the first units of the target's last layer's, so "
+                f"1..{widest} here; got {intermediate_size}"
+            )
         config = HeadConfig(
             layer=LayerShape.of_config(target.config, intermediate_size),
             vocab_size=int(target.get_output_embeddings().weight.shape[0]),

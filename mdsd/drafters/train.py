@@ -20,7 +20,10 @@ clipped at norm 1.
 
 Every ``eval_every`` steps the held-out positions give the learning curve: tokens seen against the exact
 single-draft acceptance, α*_k (k = 2, 4, i.i.d.) and top-1 agreement, on the lumped pair (an upper bound of
-the full-vocabulary value by at most the lumped cell's min(p, q); see :mod:`mdsd.drafters.losses`).
+the full-vocabulary value by at most the lumped cell's min(p, q); see :mod:`mdsd.drafters.losses`), and the
+seconds spent in training steps so far (``train_seconds``: evaluation and checkpoints left out).
+``device="cuda"`` trains on a GPU (batches built on the host, moved over; ``dtype="bfloat16"``: autocast
+there as on the CPU).
 ``checkpoint.pt`` (the head, the optimizer, the step and the random state) is written every
 ``checkpoint_every`` steps; ``resume=True`` continues from it, and only under the same config. Launched by
 ``torchrun`` (``WORLD_SIZE`` > 1), each process trains on its own batches with torch's
@@ -35,6 +38,7 @@ import itertools
 import json
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,10 +206,12 @@ class HeadData:
             (i, a, s, min(s + length, b)) for i, a, b in self.sequences[part] for s in range(a, b, length)
         ]
 
-    def batch(self, chunks: list[tuple[int, int, int, int]]) -> dict[str, torch.Tensor]:
-        """Right-padded tensors of ``chunks``: ``ids``, ``features`` (each token's: the target's hidden
-        state before it, zeros at a sequence's start), ``positions`` (in the sequence), ``next`` (the target's
-        hidden state at the token: what the head predicts), ``top_ids``, ``top_logp``, ``valid``."""
+    def batch(
+        self, chunks: list[tuple[int, int, int, int]], device: torch.device | str = "cpu"
+    ) -> dict[str, torch.Tensor]:
+        """Right-padded tensors of ``chunks`` on ``device``: ``ids``, ``features`` (each token's: the target's
+        hidden state before it, zeros at a sequence's start), ``positions`` (in the sequence), ``next`` (the
+        target's hidden state at the token: what the head predicts), ``top_ids``, ``top_logp``, ``valid``."""
         L = max(c - s for _, _, s, c in chunks)
         H, K = self.hidden_size, self.files[0]["top_ids"].shape[1]
         B = len(chunks)
@@ -228,7 +234,7 @@ class HeadData:
             out["top_ids"][b, :n] = f["top_ids"][s:c].long()
             out["top_logp"][b, :n] = f["top_logp"][s:c]
             out["valid"][b, :n] = True
-        return out
+        return {k: v.to(device, non_blocking=True) for k, v in out.items()}
 
 
 def _kind(record: dict) -> tuple:
@@ -289,7 +295,7 @@ def evaluate(
     sums = dict.fromkeys(("loss", "acceptance", "alpha_2", "alpha_4", "top1"), 0.0)
     count = 0
     for lo in range(0, len(chunks), 8):
-        batch = data.batch(chunks[lo : lo + 8])
+        batch = data.batch(chunks[lo : lo + 8], slot.device)
         _, p, q = _pairs(head, batch, slot, batch["features"])
         p, q = p.double(), q.double()
         sums["loss"] += float(position_loss(config, p, q).sum())
@@ -318,7 +324,7 @@ def train(
 
     from mdsd.hf import describe_model, load_model
 
-    rank, world = _start_distributed(device)
+    rank, world, device = _start_distributed(device)
     out = ensure_output_dir(out, "--out")
     checkpoint = out / CHECKPOINT
     if resume and not checkpoint.is_file():
@@ -348,6 +354,7 @@ def train(
     del target  # the head keeps the embedding and its output rows
     slot = torch.full((head.head_config.vocab_size,), -1, dtype=torch.long)
     slot[vocab] = torch.arange(vocab.numel())
+    slot = slot.to(device)
     model = head
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(head, broadcast_buffers=False)  # buffers: frozen
@@ -369,17 +376,23 @@ def train(
         schedule.load_state_dict(saved["schedule"])
         step, curve = saved["step"], saved["curve"]
         rng.bit_generator.state = saved["rng"][rank]
+    # the seconds spent in training steps (evaluation and checkpoints left out), continued on a resume
+    seconds = curve[-1].get("train_seconds", 0.0) if curve else 0.0
     chunks = data.chunks("train", config.chunk)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16" and device == "cpu")
+    kind = torch.device(device).type
+    autocast = torch.autocast(
+        kind, dtype=torch.bfloat16, enabled=dtype == "bfloat16" and kind in ("cpu", "cuda")
+    )
     bar = tqdm(total=config.steps, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     while step < config.steps:
+        began = time.perf_counter()
         picked, size = [], 0
         while size < config.batch_tokens:
             c = chunks[int(rng.integers(len(chunks)))]
             picked.append(c)
             size += c[3] - c[2]
         with autocast:
-            loss = _objective(config, model, data.batch(picked), slot)
+            loss = _objective(config, model, data.batch(picked, device), slot)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -388,16 +401,21 @@ def train(
         step += 1
         bar.update(1)
         if rank == 0 and (step % config.eval_every == 0 or step == config.steps):
+            train_loss = float(loss.detach())  # waits for the device's step
+            seconds += time.perf_counter() - began
             metrics = evaluate(head, data, slot, config, config.eval_positions)
             curve.append(
                 {
                     "step": step,
                     "tokens": step * config.batch_tokens * world,
-                    "train_loss": float(loss.detach()),
+                    "train_loss": train_loss,
+                    "train_seconds": round(seconds, 3),
                 }
                 | metrics
             )
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", accept=f"{metrics['acceptance']:.3f}")
+            bar.set_postfix(loss=f"{train_loss:.3f}", accept=f"{metrics['acceptance']:.3f}")
+        else:
+            seconds += time.perf_counter() - began
         if step % config.checkpoint_every == 0 or step == config.steps:
             states = _gather_rng(rng, world)
             if rank == 0:
@@ -439,14 +457,19 @@ def _rate(config: TrainConfig, step: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
 
 
-def _start_distributed(device: str) -> tuple[int, int]:
-    """(rank, world size): one process, or torchrun's processes joined in a process group."""
+def _start_distributed(device: str) -> tuple[int, int, str]:
+    """(rank, world size, this process's device): one process, or torchrun's processes joined in a process
+    group (on GPUs NCCL, each process on its local rank's card where ``device`` names none)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return 0, 1
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    torch.distributed.init_process_group(backend=backend)
-    return torch.distributed.get_rank(), world
+        return 0, 1, device
+    cuda = device.startswith("cuda")
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+    return torch.distributed.get_rank(), world, device
 
 
 def _gather_rng(rng: np.random.Generator, world: int) -> list:

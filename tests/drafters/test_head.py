@@ -271,6 +271,10 @@ def test_save_and_load_round_trip_and_refusals(tmp_path):
         FeatureHead.load(tmp_path / "d", target, target_weights="b" * 64)
     with pytest.raises(ValueError, match="draft vocabulary is empty"):
         FeatureHead.from_target(target, torch.tensor([], dtype=torch.long))
+    widest = target.config.intermediate_size
+    for bad in (widest + 1, -1):  # wider than the layer it starts from, or no MLP
+        with pytest.raises(ValueError, match=f"--intermediate-size: .*1..{widest} here; got {bad}"):
+            FeatureHead.from_target(target, torch.tensor([1]), intermediate_size=bad)
     (tmp_path / "h" / "head.safetensors").write_bytes(b"\0" * 40)
     with pytest.raises(ValueError, match="not a whole weights file"):
         FeatureHead.load(tmp_path / "h", target)

@@ -140,11 +140,11 @@ def test_a_killed_run_resumes_to_the_same_head(setup, tmp_path, monkeypatch):
     calls = {"n": 0}
     batch = HeadData.batch
 
-    def dies(self, chunks):
+    def dies(self, chunks, device="cpu"):
         calls["n"] += 1
         if calls["n"] == 25:  # after the checkpoint at step 20
             raise KeyboardInterrupt
-        return batch(self, chunks)
+        return batch(self, chunks, device)
 
     monkeypatch.setattr(HeadData, "batch", dies)
     with pytest.raises(KeyboardInterrupt):
@@ -167,7 +167,9 @@ def test_a_killed_run_resumes_to_the_same_head(setup, tmp_path, monkeypatch):
     for (name, a), (_, b) in zip(whole.state_dict().items(), cut.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     curves = [json.loads((tmp_path / d / TRAINING).read_text())["curve"] for d in ("whole", "cut")]
+    timed = [[point.pop("train_seconds") for point in curve] for curve in curves]  # wall time differs
     assert curves[0] == curves[1]
+    assert all(0 < a < b for t in timed for a, b in zip(t, t[1:], strict=False))  # grows, resumed too
 
 
 def test_bad_inputs_are_refused(setup, tmp_path):
