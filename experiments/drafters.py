@@ -62,7 +62,9 @@ class Config:
     )
     pair: str = field(default="qwen2.5-coder", metadata={"help": "the real pair (its draft is compared)"})
     positions: int = field(default=4096, metadata={"help": "held-out answer positions (whole sequences)"})
-    gpu: str = field(default="", metadata={"help": "benchmarks/gpu_fast.py heads results (optional)"})
+    gpu: tuple[str, ...] = field(
+        default=(), metadata={"help": "benchmarks/gpu_fast.py heads or fused_heads results (optional)"}
+    )
     dtype: str = field(default="auto", metadata={"help": "the models' dtype on the CPU"})
     seed: int = field(default=0, metadata={"help": "seed of the bootstrap"})
     output_dir: str = field(default="", metadata={"help": "where results go ('' = a fresh runs/ folder)"})
@@ -74,14 +76,18 @@ def interval(values: np.ndarray, sequences: np.ndarray, seed: int) -> tuple[floa
     return mean, low, high
 
 
-def gpu_row(path: str, model: str, shape: tuple[int, int] | None) -> dict:
-    """The B = 1, t = 1 row of a gpu_fast ``heads`` section for ``model`` ("head" or "draft"): for a head of
-    ``shape`` (MLP width, draft vocabulary), the measured head of the same width and the nearest vocabulary
-    at or above its own (a head's time hardly depends on either: 0.060-0.069 of the target's over a
-    threefold range of weights on the H200)."""
-    if not path:
-        return {}
-    rows = [r for r in json.loads(Path(path).read_text())["heads"] if r["B"] == 1 and r["tokens"] == 1]
+def gpu_row(paths: tuple[str, ...], model: str, shape: tuple[int, int] | None) -> dict:
+    """The B = 1, t = 1 row for ``model`` ("draft", "head", or "head-fused": a head reading several layers)
+    of the first of the gpu_fast files ``paths`` whose ``heads`` or ``fused_heads`` section has one (each
+    row's ratios are against the target's forward in its own call): for a head of ``shape`` (MLP width,
+    draft vocabulary), the measured head of the same width and the nearest vocabulary at or above its own (a
+    head's time hardly depends on either: 0.060-0.069 of the target's over a threefold range of weights on
+    the H200)."""
+    rows = []
+    for path in paths:
+        results = json.loads(Path(path).read_text())
+        for section in ("heads", "fused_heads"):
+            rows += [r for r in results.get(section, []) if r["B"] == 1 and r["tokens"] == 1]
     rows = [r for r in rows if r["model"] == model]
     if shape is not None:
         rows = sorted(
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         values = position_acceptance(datas[layers] if shape else data, model, limit=config.positions)
         per_drafter[name] = values
         cost = mdsd.costs.forward_cost(model)
-        gpu = gpu_row(config.gpu, "head" if shape else "draft", shape)
+        gpu = gpu_row(config.gpu, ("head-fused" if layers else "head") if shape else "draft", shape)
         row = {
             "drafter": name,
             "feature_layers": list(layers),

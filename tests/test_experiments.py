@@ -969,3 +969,24 @@ def test_sampled_drafters_grid_and_pool(tmp_path):
     assert (pair["ratio"], pair["ci95"]) == mdsd.harness.comparison.paired_ratio(t[2], f[2], t[1], f[1])
     with pytest.raises(ValueError, match="the seeds' runs hold different prompts"):
         module["pool"]([runs[0], runs[1] | {"per_prompt": runs[1]["per_prompt"][:5]}], {})
+
+
+def test_drafters_reads_each_drafters_gpu_cost_from_the_file_that_measured_it(tmp_path):
+    """gpu_row: a fused head's row from a fused_heads section, the draft's from the file that has one, a
+    head's by its MLP width and the nearest draft vocabulary at or above its own, B = 1 and t = 1 only."""
+    gpu_row = runpy.run_path(str(EXPERIMENTS / "drafters.py"))["gpu_row"]
+
+    def row(model, ratio, inter=4096, vocab=16384, B=1, tokens=1):
+        return dict(
+            model=model, ratio_captured=ratio, intermediate=inter, draft_vocab=vocab, B=B, tokens=tokens
+        )
+
+    new = {"fused_heads": [row("head", 0.061), row("head-fused", 0.063), row("head-fused", 0.07, B=64)]}
+    old = {"heads": [row("head", 0.05, vocab=32000), row("head", 0.04, vocab=8192), row("draft", 0.8)]}
+    for name, results in (("new", new), ("old", old)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(results))
+    paths = (str(tmp_path / "new.json"), str(tmp_path / "old.json"))
+    assert gpu_row(paths, "head-fused", (4096, 16384))["ratio_captured"] == 0.063
+    assert gpu_row(paths, "draft", None)["ratio_captured"] == 0.8
+    assert gpu_row(paths[1:], "head", (4096, 16384))["ratio_captured"] == 0.05  # 8,192 tokens is too few
+    assert gpu_row(paths[1:], "head-fused", (4096, 16384)) == {} and gpu_row((), "draft", None) == {}
