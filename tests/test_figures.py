@@ -1184,3 +1184,97 @@ def _check_cpu_pair(rows: dict, greedy: str, rrsw: str, hf: str, heuristic: str,
     rows = dict(rows)
     fastest = rows.pop("hf-autoregressive")["tokens_per_second"]
     assert _agrees(ar, fastest) and all(r["tokens_per_second"] < fastest for r in rows.values())
+
+
+# BENCHMARKS.md's section on the H200 session of 2026-11-30
+TRAINED = BENCHMARKS.split("### The trained drafters' shapes, and a head trained on the card")[1].split(
+    "### "
+)[0]
+
+
+@pytest.mark.parametrize(
+    ("label", "model"),
+    [
+        ("head, final state", "head"),
+        ("**head, layers 1, 13, 24 fused**", "head-fused"),
+        ("small drafter, 4 × 512", "small"),
+    ],
+)
+def test_the_trained_drafters_forwards_are_the_sessions_file(label, model):
+    """The forwards table: multiply-adds ratio, then captured (ms and ratio) and fused at B = 1, t = 1, and
+    captured ratios at B = 1, t = 16 and B = 64, t = 1, from gpu_fast_drafters_h200_1130.json."""
+    rows = {
+        (r["B"], r["tokens"]): r
+        for r in _load("benchmarks/results/gpu_fast_drafters_h200_1130.json")["fused_heads"]
+        if r["model"] == model
+    }
+    line = next(line for line in TRAINED.splitlines() if line.startswith(f"| {label} |"))
+    macs, ms, captured, fused_ms, fused, *rest = re.findall(r"\d+\.\d+", line)
+    one = rows[(1, 1)]
+    assert _agrees(macs, one["macs_ratio"]) and _agrees(ms, one["captured_ms"])
+    assert _agrees(captured, one["ratio_captured"]) and _agrees(fused_ms, one["fused_ms"])
+    assert _agrees(fused, one["ratio_fused"])
+    for (ms_, ratio), shape in zip(zip(rest[::2], rest[1::2], strict=True), ((1, 16), (64, 1)), strict=True):
+        assert _agrees(ms_, rows[shape]["captured_ms"]) and _agrees(ratio, rows[shape]["ratio_captured"])
+
+
+def test_the_trained_drafters_steps_and_training_rates_are_the_sessions_files():
+    """The steps table (ms and break-even: step ÷ the AR step of the same path and B) from
+    gpu_fast_drafter_decode_h200_1130.json and gpu_fast_drafter_fused_h200_1130.json; the training table
+    from gpu_train_h200_1130.json, whose check decoded losslessly on both paths."""
+    captured = {
+        (r["tree"], r["drafter"], r["batch"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"]
+    }
+    fused = {
+        (r["tree"], r["drafter"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
+    }
+    labels = {
+        "autoregressive": ("none", "none"),
+        "chain:4, head (final state)": ("chain:4", "head"),
+        "chain:4, head (fused features)": ("chain:4", "head-fused"),
+        "chain:4, small drafter": ("chain:4", "small"),
+        "binary:3, head (fused features)": ("binary:3", "head-fused"),
+        "binary:3, small drafter": ("binary:3", "small"),
+    }
+    for label, key in labels.items():
+        line = next(line for line in TRAINED.splitlines() if line.startswith(f"| {label} |"))
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
+        columns = [(captured, (*key, 1), captured[("none", "none", 1)])]
+        columns += [(fused, key, fused[("none", "none")])]
+        columns += [(captured, (*key, 64), captured[("none", "none", 64)])]
+        for (table, at, ar), ms, even in zip(columns, cells[::2], cells[1::2], strict=True):
+            assert (ms == "") == (at not in table), (label, at)
+            if ms:
+                assert _agrees(ms, table[at]) and _agrees(even, table[at] / ar), (label, at, ms, even)
+    train = _load("benchmarks/results/gpu_train_h200_1130.json")
+    assert all(
+        r["greedy_equal_eager_fast"] == [True, True] and r["head_device"] == "cuda:0" for r in train["check"]
+    )
+    names = {
+        "final state, `kl`": ("final", "kl", 2048),
+        "layers 1, 13, 24 fused, `kl`": ("fused", "kl", 2048),
+    }
+    names |= {"fused, `alpha` (k = 4)": ("fused", "alpha", 2048)}
+    names |= {"fused, `kl`, 16,384 positions a step": ("fused", "kl", 16384)}
+    rates = {(r["features"], r["loss"], r["batch_tokens"]): r for r in train["rate"]}
+    for label, key in names.items():
+        seconds, per_second = _quoted(TRAINED, f"| {label} | {{}} | {{}} |")
+        assert _agrees(seconds, rates[key]["seconds_per_step"]) and _agrees(
+            per_second, rates[key]["tokens_per_second"]
+        )
+    low, high = _quoted(SUMMARY, "a head trains on the card at {}–{} positions a second")
+    per_second = [r["tokens_per_second"] for r in rates.values()]
+    assert _agrees(low, min(per_second)) and _agrees(high, max(per_second))
+    fused_head, fused_ratio = _quoted(SUMMARY, "a head reading three layers fused (EAGLE-3) {} / {};")
+    (one,) = [
+        r
+        for r in _load("benchmarks/results/gpu_fast_drafters_h200_1130.json")["fused_heads"]
+        if r["model"] == "head-fused" and (r["B"], r["tokens"]) == (1, 1)
+    ]
+    assert _agrees(fused_head, one["ratio_captured"]) and _agrees(fused_ratio, one["ratio_fused"])
+    evens = sorted(fused[("chain:4", d)] / fused[("none", "none")] for d in ("head-fused", "small"))
+    for text, bold in ((SUMMARY, "**"), (TRAINED, "")):
+        low, high = _quoted(text, f"breaks even at {bold}{{}}–{{}} tokens per step")
+        assert _agrees(low, evens[0]) and _agrees(high, evens[1])
