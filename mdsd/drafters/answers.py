@@ -14,7 +14,8 @@ T (softmax of logits / T; at T = 0 the point masses on their argmaxes). Then, ex
   (a feature head: at depth 1 only).
 
 The drafter is a causal LM over the whole vocabulary, a :class:`~mdsd.drafters.SmallDrafter`, or a
-:class:`~mdsd.drafters.FeatureHead` (which reads the target's features of the same forward).
+:class:`~mdsd.drafters.FeatureHead` (which reads the target's features of the same forward: its final hidden
+state, or the outputs of the head's ``feature_layers``, as its training data holds them).
 """
 
 from __future__ import annotations
@@ -42,13 +43,10 @@ def teacher_forced_logits(
     x = ids[None].long()
     p = target(x).logits[0, start - 1 : -1].float()
     positions = torch.arange(x.shape[1])[None]
-    features, qs = None, []
+    features, qs = _head_features(target, [d for d in drafters if isinstance(d, FeatureHead)], x), []
     for drafter in drafters:
         if isinstance(drafter, FeatureHead):
-            if features is None:
-                f = target.get_decoder()(input_ids=x).last_hidden_state  # after the final norm: what it reads
-                features = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)
-            g, _ = drafter(x, features, positions)
+            g, _ = drafter(x, features[drafter.feature_layers], positions)
             q = drafter.draft_logits(g[0, start - 1 : -1], 1.0)
         elif isinstance(drafter, SmallDrafter):
             small = drafter(x, positions)[0, start - 1 : -1].float()
@@ -61,6 +59,24 @@ def teacher_forced_logits(
             raise ValueError(f"the drafter's vocabulary ({q.shape[-1]}) is not the target's ({p.shape[-1]})")
         qs.append(q)
     return p, qs
+
+
+def _head_features(target, heads: list, x: torch.Tensor) -> dict[tuple[int, ...], torch.Tensor]:
+    """{feature layers: the features [1, L, H or n·H] each token of ``x`` [1, L] reads (the position
+    before it's; zeros at the first)} for ``heads``, from one decoder forward: the final hidden state (after
+    the final norm) for a head of no layers, those layers' outputs concatenated for one of several."""
+    from mdsd.tree.cache import layer_outputs
+
+    if not heads:
+        return {}
+    wanted = tuple(sorted({i for head in heads for i in head.feature_layers}))
+    with layer_outputs(target, wanted) as kept:
+        final = target.get_decoder()(input_ids=x).last_hidden_state
+    features = {}
+    for layers in {head.feature_layers for head in heads}:
+        f = torch.cat([kept[i] for i in layers], -1) if layers else final
+        features[layers] = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)
+    return features
 
 
 def position_acceptance(

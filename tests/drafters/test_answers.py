@@ -107,3 +107,33 @@ def test_zero_temperature_is_agreement_and_bad_inputs_are_refused():
         teacher_forced_logits(target, [model], torch.tensor([1, 2]), 2)
     with pytest.raises(ValueError, match="vocabulary"):
         teacher_forced_logits(target, [model, tiny_lm(0, vocab=16)], torch.tensor([1, 2, 3]), 1)
+
+
+def test_a_head_reads_the_features_its_training_data_holds(tmp_path):
+    """A head reading the final state and one reading layers 0 and 1 fused get, along an answer, the logits
+    of their training forward on that sequence's features file (mdsd drafters features), in one call."""
+    from mdsd.drafters.features import features_path, load_features, write_features
+
+    target = tiny_lm(0, vocab=24, sharpness=4.0, layers=3)
+    ids = torch.tensor([5, 6, 7, 1, 9, 2, 2, 11])
+    heads, qs_from_files = [], []
+    for layers in ((), (0, 1)):
+        head = FeatureHead.from_target(target, torch.arange(24), feature_layers=layers)
+        with torch.no_grad():
+            for param in head.parameters():
+                param.add_(
+                    0.1 * torch.randn(param.shape, generator=torch.Generator().manual_seed(len(layers)))
+                )
+        path = write_features(
+            features_path(tmp_path, len(layers)), target, [ids.tolist()], [3], 4, feature_layers=layers
+        )
+        hidden = load_features(path)["hidden"].float()[None]
+        shifted = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], 1)
+        with torch.no_grad():
+            g, _ = head(ids[None], shifted, torch.arange(ids.numel())[None])
+        heads.append(head)
+        qs_from_files.append(head.draft_logits(g[0, 2:-1], 1.0))
+    _, qs = teacher_forced_logits(target, heads, ids, 3)
+    for q, want in zip(qs, qs_from_files, strict=True):
+        assert torch.allclose(q, want, atol=0.05)  # the files keep features in bfloat16
+    assert not torch.allclose(qs[0], qs[1], atol=0.05)
