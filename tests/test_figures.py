@@ -1278,3 +1278,78 @@ def test_the_trained_drafters_steps_and_training_rates_are_the_sessions_files():
     for text, bold in ((SUMMARY, "**"), (TRAINED, "")):
         low, high = _quoted(text, f"breaks even at {bold}{{}}–{{}} tokens per step")
         assert _agrees(low, evens[0]) and _agrees(high, evens[1])
+
+
+def test_the_fused_corpus_head_is_the_files():
+    """results/drafters/README.md's corpus-fused-kl section: the table's cells and the paired differences
+    from heldout-fused-kl/drafters.json, the learning curves' points from both heads' training.json, and
+    the README's sentence on it."""
+    text = (ROOT / "results/drafters/README.md").read_text()
+    text = text[text.index("## `corpus-fused-kl/`") : text.index("## `corpus-bf16-kl/`")]
+    data = _load("results/drafters/heldout-fused-kl/drafters.json")
+    rows = {r["drafter"]: r for r in data["rows"]}
+    by_set = {(r["drafter"], r["set"]): r for r in data["by_set"]}
+    positions, sequences = _quoted(text, "{} positions in {} sequences")
+    assert {(r["positions"], r["sequences"]) for r in rows.values()} == {
+        (int(positions.replace(",", "")), int(sequences))
+    }
+    for label, drafter in (
+        ("head, final state (`corpus-bf16-kl`)", "corpus-bf16-kl"),
+        ("**head, layers 1, 13, 24 fused**", "corpus-fused-kl"),
+        ("0.5B draft", "draft-0.5b"),
+    ):
+        (line,) = [x for x in text.splitlines() if x.startswith(f"  | {label} |")]
+        r = rows[drafter]
+        expected = [r["acceptance"], r["acceptance_low"], r["acceptance_high"]]
+        expected += [r["alpha_4"], r["alpha_4_low"], r["alpha_4_high"]]
+        expected += [by_set[(drafter, s)]["acceptance"] for s in ("chat-train", "code-train")]
+        expected += [r["gpu_captured_ratio"]]
+        numbers = re.findall(NUMBER, line.replace(label, ""))
+        assert len(numbers) == len(expected), line
+        for number, value in zip(numbers, expected, strict=True):
+            assert _agrees(number, value), (label, number, value)
+    pairs = {
+        r["measure"]: r for r in data["pairs"] if (r["a"], r["b"]) == ("corpus-bf16-kl", "corpus-fused-kl")
+    }
+    quoted = _quoted(
+        text, "Fused minus final: **+{} [{}, {}]** in single-draft acceptance, +{} [{}, {}] in α*_4"
+    )
+    expected = [-pairs[m][k] for m in ("acceptance", "alpha_4") for k in ("difference", "high", "low")]
+    assert all(_agrees(p, v) for p, v in zip(quoted, expected, strict=True)), (quoted, expected)
+    code, chat = _quoted(text, "most of it on code (+{}) and +{} on chat")
+    for printed, s in ((code, "code-train"), (chat, "chat-train")):
+        gain = by_set[("corpus-fused-kl", s)]["acceptance"] - by_set[("corpus-bf16-kl", s)]["acceptance"]
+        assert _agrees(printed, gain)
+    before, after = _quoted(text, "The gap to the 0.5B draft narrows from {} to {}.")
+    for printed, head in ((before, "corpus-bf16-kl"), (after, "corpus-fused-kl")):
+        assert _agrees(printed, rows["draft-0.5b"]["acceptance"] - rows[head]["acceptance"])
+    curves = {k: _load(f"results/drafters/corpus-{k}-kl/training.json")["curve"] for k in ("fused", "bf16")}
+    fused = _quoted(text, "acceptance {} after 205k positions seen, {} (819k), {} (1.64 M), **{}** (2.46 M)")
+    final = _quoted(text, "against the final-state head's {}, {}, {}, **{}**;")
+    for printed, kind in ((fused, "fused"), (final, "bf16")):
+        at = {p["step"]: p["acceptance"] for p in curves[kind]}
+        assert all(_agrees(p, at[s]) for p, s in zip(printed, (100, 400, 800, 1200), strict=True))
+    a4, b4 = _quoted(text, "α*_4\n  {} against {};")
+    assert _agrees(a4, curves["fused"][-1]["alpha_4"]) and _agrees(b4, curves["bf16"][-1]["alpha_4"])
+    less, low, high, final_a, fused_a = _quoted(
+        README,
+        "it accepts 0.046 less\n[{}, {}] at the corpus's held-out answer positions ({} against {})".replace(
+            "0.046", "{}"
+        ),
+    )
+    pair = pairs["acceptance"]
+    for printed, value in (
+        (less, -pair["difference"]),
+        (low, -pair["high"]),
+        (high, -pair["low"]),
+        (final_a, rows["corpus-bf16-kl"]["acceptance"]),
+        (fused_a, rows["corpus-fused-kl"]["acceptance"]),
+    ):
+        assert _agrees(printed, value), (printed, value)
+    (rate,) = _quoted(README, "an H200 trains this head at about {} positions a second")
+    (row,) = [
+        r
+        for r in _load("benchmarks/results/gpu_train_h200_1130.json")["rate"]
+        if (r["features"], r["loss"], r["batch_tokens"]) == ("fused", "kl", 2048)
+    ]
+    assert _agrees(rate, row["tokens_per_second"])
