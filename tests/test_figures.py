@@ -1353,3 +1353,37 @@ def test_the_fused_corpus_head_is_the_files():
         if (r["features"], r["loss"], r["batch_tokens"]) == ("fused", "kl", 2048)
     ]
     assert _agrees(rate, row["tokens_per_second"])
+
+
+def test_the_fused_heads_answers_table_is_the_file():
+    """results/drafters/README.md's table along the target's answers: results/drafters/answers-fused-kl/
+    specialised_drafters.json (the fused head's cells with intervals, the others' means), and the paired
+    chain:1 ratios."""
+    text = (ROOT / "results/drafters/README.md").read_text()
+    text = text[text.index("## `corpus-fused-kl/`") : text.index("## `corpus-bf16-kl/`")]
+    data = _load("results/drafters/answers-fused-kl/specialised_drafters.json")
+    rows = {(r["drafter"], r["set"]): r for r in data["rows"]}
+    for label, key in (
+        ("Σ min(p, q), T = 1", "acceptance"),
+        ("α*_4, T = 1", "alpha_4"),
+        ("greedy agreement", "agree"),
+        ("greedy chain:1, tokens per forward", "greedy_chain1"),
+    ):
+        (line,) = [x for x in text.splitlines() if x.startswith(f"  | {label} |")]
+        numbers = re.findall(r"\d+\.\d+", line.replace(label, ""))
+        expected = []
+        for s in ("humaneval", "mt-bench"):
+            fused = rows[("corpus-fused-kl", s)]
+            expected += [fused[key], *fused[f"{key}_ci95"]]
+            expected += [rows[(d, s)][key] for d in ("corpus-bf16-kl", "draft-0.5b")]
+        assert len(numbers) == len(expected), line
+        for number, value in zip(numbers, expected, strict=True):
+            assert _agrees(number, value), (label, number, value)
+    pairs = {p["set"]: p for p in data["pairs"] if (p["a"], p["b"]) == ("corpus-bf16-kl", "corpus-fused-kl")}
+    quoted = _quoted(text, "is {} [{}, {}] on HumanEval and {} [{}, {}] on MT-Bench")
+    expected = [
+        v for s in ("humaneval", "mt-bench") for v in (pairs[s]["greedy_chain1_ratio"], *pairs[s]["ci95"])
+    ]
+    assert all(_agrees(p, v) for p, v in zip(quoted, expected, strict=True)), (quoted, expected)
+    (mt,) = _quoted(text, "against this head's {} on MT-Bench")
+    assert _agrees(mt, rows[("corpus-fused-kl", "mt-bench")]["acceptance"])
