@@ -958,19 +958,27 @@ def test_the_heads_held_out_acceptance_by_set_is_the_file():
                 assert _agrees(number, value), (label, cell)
 
 
-def test_the_fused_features_comparison_is_the_file():
-    """results/drafters/README.md's fused-features section: every cell of its table and its paired
-    differences from results/drafters/fused-features/drafters.json, the training curves' last points from
-    the two heads' training.json."""
+def _drafters_section(section: str, following: str, folder: str) -> tuple:
+    """(text, data, rows by drafter, by_set rows by (drafter, set)) of results/drafters/README.md's section
+    ``section`` (up to section ``following``) and the experiments/drafters.py run in ``folder`` it quotes,
+    whose positions and sequences it states."""
     text = (ROOT / "results/drafters/README.md").read_text()
-    text = text[text.index("## `fused-features/`") : text.index("## `distilled/chat/`")]
-    data = _load("results/drafters/fused-features/drafters.json")
+    text = text[text.index(f"## `{section}/`") : text.index(f"## `{following}/`")]
+    data = _load(f"results/drafters/{folder}/drafters.json")
     rows = {r["drafter"]: r for r in data["rows"]}
     by_set = {(r["drafter"], r["set"]): r for r in data["by_set"]}
     positions, sequences = _quoted(text, "{} positions in {} sequences")
     assert {(r["positions"], r["sequences"]) for r in rows.values()} == {
         (int(positions.replace(",", "")), int(sequences))
     }
+    return text, data, rows, by_set
+
+
+def test_the_fused_features_comparison_is_the_file():
+    """results/drafters/README.md's fused-features section: every cell of its table and its paired
+    differences from results/drafters/fused-features/drafters.json, the training curves' last points from
+    the two heads' training.json."""
+    text, data, rows, by_set = _drafters_section("fused-features", "distilled/chat", "fused-features")
     for label, drafter in (
         ("final hidden state", "corpus512-final-kl"),
         ("layers 1, 13, 24 fused", "corpus512-fused-kl"),
@@ -1284,15 +1292,7 @@ def test_the_fused_corpus_head_is_the_files():
     """results/drafters/README.md's corpus-fused-kl section: the table's cells and the paired differences
     from heldout-fused-kl/drafters.json, the learning curves' points from both heads' training.json, and
     the README's sentence on it."""
-    text = (ROOT / "results/drafters/README.md").read_text()
-    text = text[text.index("## `corpus-fused-kl/`") : text.index("## `corpus-bf16-kl/`")]
-    data = _load("results/drafters/heldout-fused-kl/drafters.json")
-    rows = {r["drafter"]: r for r in data["rows"]}
-    by_set = {(r["drafter"], r["set"]): r for r in data["by_set"]}
-    positions, sequences = _quoted(text, "{} positions in {} sequences")
-    assert {(r["positions"], r["sequences"]) for r in rows.values()} == {
-        (int(positions.replace(",", "")), int(sequences))
-    }
+    text, data, rows, by_set = _drafters_section("corpus-fused-kl", "corpus-bf16-kl", "heldout-fused-kl")
     for label, drafter in (
         ("head, final state (`corpus-bf16-kl`)", "corpus-bf16-kl"),
         ("**head, layers 1, 13, 24 fused**", "corpus-fused-kl"),
