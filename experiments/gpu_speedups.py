@@ -12,8 +12,9 @@ Inputs, all in the repository:
   and beyond t = 16 the last segment continued (the rows whose widest forward reads more say so); with
   ``--fused``, the forwards of its ``fused_forwards`` section instead (compiled by inductor, then captured;
   B = 1, t = 1 and 16); or, with ``--heads``, the captured forwards of its ``heads`` section at B = 1 (t = 1
-  and 16): the target's, and as the draft a feature head of ``--head-shape`` (MLP width, draft vocabulary;
-  random weights of the trained head's shapes) — for the methods a head drafted
+  and 16, or of its ``fused_heads`` section): the target's, and as the draft a feature head of
+  ``--head-shape`` (MLP width, draft vocabulary; random weights of the trained head's shapes; ``--head-model
+  head-fused``: the one reading several of the target's layers) — for the methods a head drafted
   (``results/drafters/decode-*``); with ``--small`` besides, the draft is instead a small drafter of
   ``mdsd drafters pretrain``/``finetune`` whose forwards are not measured: the heads section's target
   forwards times the drafter's ratio to the target in ``--draft-costs`` (``benchmarks/bench_drafter_cost.py``:
@@ -107,6 +108,10 @@ class Config:
     )
     head_shape: tuple[int, ...] = field(
         default=(4096, 16384), metadata={"help": "with --heads: the head's MLP width and draft vocabulary"}
+    )
+    head_model: str = field(
+        default="head",
+        metadata={"help": "with --heads: the head's rows, head or head-fused (reading several layers)"},
     )
     small: str = field(
         default="",
@@ -247,15 +252,23 @@ def forward_profiles(path: Path, fused: bool = False) -> tuple[mdsd.CostProfile,
     )
 
 
-def head_profiles(path: Path, shape: tuple[int, int]) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
+def head_profiles(
+    path: Path, shape: tuple[int, int], model: str = "head"
+) -> tuple[mdsd.CostProfile, mdsd.CostProfile]:
     """(target, head): the captured forwards at B = 1 (t = 1, 16) of a ``benchmarks/gpu_fast.py`` result's
-    ``heads`` section, the head being the one of MLP width and draft vocabulary ``shape``."""
+    ``heads`` or ``fused_heads`` section, the head being the ``model`` rows ("head", or "head-fused": one
+    reading several of the target's layers) of MLP width and draft vocabulary ``shape``."""
     payload = json.loads(path.read_text())
-    rows = [r for r in payload["heads"] if r["B"] == 1]
-    head = [r for r in rows if r["model"] == "head" and (r["intermediate"], r["draft_vocab"]) == tuple(shape)]
+    rows = [r for section in ("heads", "fused_heads") for r in payload.get(section, []) if r["B"] == 1]
+    head = [r for r in rows if r["model"] == model and (r["intermediate"], r["draft_vocab"]) == tuple(shape)]
     if not head:
-        shapes = sorted({(r["intermediate"], r["draft_vocab"]) for r in rows if r["model"] == "head"})
-        raise ValueError(f"--head-shape {list(shape)} was not measured in {path.name}: it has {shapes}")
+        shapes = sorted(
+            {(r["model"], r["intermediate"], r["draft_vocab"]) for r in rows if r["model"] != "target"}
+        )
+        raise ValueError(
+            f"--head-model {model} --head-shape {list(shape)} was not measured in {path.name}: "
+            f"it has {shapes}"
+        )
     target = [r for r in rows if r["model"] == "target"]
     return _profile(payload, path, target, "captured_ms", "target"), _profile(
         payload, path, head, "captured_ms", "head"
@@ -323,10 +336,10 @@ def predictions(config: Config) -> tuple[list[dict], dict[str, Overhead], dict, 
         if config.forwards:
             target, draft = forward_profiles(ROOT / config.forwards, config.fused)
         elif config.small:
-            target, _ = head_profiles(ROOT / config.heads, config.head_shape)
+            target, _ = head_profiles(ROOT / config.heads, config.head_shape, config.head_model)
             draft = small_profile(target, ROOT / config.draft_costs, config.small)
         else:
-            target, draft = head_profiles(ROOT / config.heads, config.head_shape)
+            target, draft = head_profiles(ROOT / config.heads, config.head_shape, config.head_model)
         if config.context not in target.contexts:
             raise ValueError(f"--context must be {target.contexts[0]} with --forwards, got {config.context}")
         lo, hi = target.batches[0], target.batches[-1]

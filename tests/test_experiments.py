@@ -769,7 +769,17 @@ def test_gpu_speedups_predicts_a_head_drafted_method_from_the_heads_section(tmp_
         step = sum(ms("head", n) for n in draft) + ms("target", F)
         e = r["tokens_per_forward"]
         assert r["speedup"] == pytest.approx(e * ms("target", 1) / step, rel=1e-9)
-    with pytest.raises(ValueError, match=r"--head-shape \[2048, 8192\] was not measured.*\(4096, 16384\)"):
+    fused = [
+        r | {"model": "head-fused", "captured_ms": 2 * r["captured_ms"]} for r in rows if r["model"] == "head"
+    ]
+    (tmp_path / "fused.json").write_text(json.dumps({"env": env, "fused_heads": [*rows, *fused]}))
+    _, _, doubled, _ = predictions(
+        dataclasses.replace(config, heads=str(tmp_path / "fused.json"), head_model="head-fused")
+    )  # --head-model: the fused head's rows of a fused_heads section
+    assert doubled[1] == pytest.approx(2 * ratio[1])
+    with pytest.raises(
+        ValueError, match=r"--head-shape \[2048, 8192\] was not measured.*\('head', 4096, 16384\)"
+    ):
         predictions(
             Config(heads=str(tmp_path / "gpu_fast.json"), context=256, batches=(1,), head_shape=(2048, 8192))
         )
