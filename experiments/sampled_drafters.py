@@ -48,6 +48,7 @@ from mdsd.drafters.small import is_small
 from mdsd.drafters.stages import TRAINING, check_heldout, trained_on
 from mdsd.harness.comparison import INTERVAL_METHOD, interval, paired_ratio, ratio_interval
 from mdsd.harness.experiment import config_from_cli, output_dir, run_script, write_results
+from mdsd.hf import describe_model
 from mdsd.tree.spec import parse_tree
 
 PAIR = "draft-0.5b"  # the real pair's draft model, always decoded
@@ -188,7 +189,8 @@ def decode(run: dict, where: Path, config: Config) -> None:
 
 def read_run(run: dict, where: Path, config: Config) -> dict | None:
     """The per-prompt counts of a finished run (None if it has not finished); ValueError if it ran with
-    another config than the grid's."""
+    another config than the grid's, or with other weights of its drafter than the folder holds now (a
+    drafter trained again: its finished runs are not this one's)."""
     path = where / f"{RUN}.json"
     if not path.is_file():
         return None
@@ -206,6 +208,14 @@ def read_run(run: dict, where: Path, config: Config) -> dict | None:
             f"{where} holds a run of another config ({', '.join(f'{k}: {held.get(k)}' for k in differ)}): "
             "choose another --output-dir"
         )
+    if run["folder"]:  # one of --drafters (the pair's draft comes with the pair)
+        held = ((payload["metadata"].get("models") or {}).get("draft") or {}).get("weights_sha256")
+        now = describe_model(run["folder"])["weights_sha256"]
+        if held != now:
+            raise ValueError(
+                f"{where} was decoded with other weights of {run['drafter']} ({str(held)[:12]}, "
+                f"{now[:12]} now): a drafter trained again needs another --output-dir"
+            )
     (row,) = payload["rows"]
     return run | {"per_prompt": row["per_prompt"], "models": payload["metadata"].get("models")}
 

@@ -1000,3 +1000,28 @@ def test_drafters_reads_each_drafters_gpu_cost_from_the_file_that_measured_it(tm
     assert gpu_row(paths, "draft", None)["ratio_captured"] == 0.8
     assert gpu_row(paths[1:], "head", (4096, 16384))["ratio_captured"] == 0.05  # 8,192 tokens is too few
     assert gpu_row(paths[1:], "head-fused", (4096, 16384)) == {} and gpu_row((), "draft", None) == {}
+
+
+def test_sampled_drafters_refuses_a_run_of_other_weights(tmp_path):
+    """A finished run is read back only while its drafter's folder holds the weights it was decoded with."""
+    module = runpy.run_path(str(EXPERIMENTS / "sampled_drafters.py"))
+    config, read_run, kept = module["Config"](), module["read_run"], module["KEPT"]
+    run = {"method": "chain:1/single", "seed": 0, "set": "translate-deu", "drafter": "deu", "home": None}
+    held = {"datasets": [run["set"]], "methods": [run["method"]], "temperatures": [config.temperature]}
+    held |= {"seed": 0} | {k: getattr(config, k) for k in kept if k not in held and k != "seed"}
+    digests = {}
+    for name, weights in (("old", b"one"), ("new", b"two")):
+        (tmp_path / name / "deu").mkdir(parents=True)
+        (tmp_path / name / "deu" / "drafter.safetensors").write_bytes(weights)
+        digests[name] = mdsd.hf.describe_model(tmp_path / name / "deu")["weights_sha256"]
+    models = {"draft": {"name": "deu", "weights_sha256": digests["old"]}}
+    row = {"per_prompt": [{"prompt": 0, "tokens": 3, "target_forwards": 2}]}
+    payload = {"metadata": {"config": held, "models": models}, "rows": [row]}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "batch_efficiency.json").write_text(json.dumps(payload))
+    got = read_run(run | {"folder": str(tmp_path / "old" / "deu")}, tmp_path / "run", config)
+    assert got["per_prompt"] == row["per_prompt"]
+    with pytest.raises(
+        ValueError, match=f"other weights of deu \\({digests['old'][:12]}, {digests['new'][:12]} now\\)"
+    ):
+        read_run(run | {"folder": str(tmp_path / "new" / "deu")}, tmp_path / "run", config)
