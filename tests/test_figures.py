@@ -1387,3 +1387,39 @@ def test_the_fused_heads_answers_table_is_the_file():
     assert all(_agrees(p, v) for p, v in zip(quoted, expected, strict=True)), (quoted, expected)
     (mt,) = _quoted(text, "against this head's {} on MT-Bench")
     assert _agrees(mt, rows[("corpus-fused-kl", "mt-bench")]["acceptance"])
+
+
+def test_benchmarks_fused_corpus_head_is_the_files():
+    """BENCHMARKS.md's Drafters paragraph on the fused corpus head: heldout-fused-kl/drafters.json and
+    answers-fused-kl/specialised_drafters.json."""
+    fused, final, diff, low, high, he_fused, he_final, mt_fused, mt_final, ratio, ratio_final = _quoted(
+        BENCHMARKS,
+        "give {} against {} at all 19,690 held-out answer positions (paired +{} [{}, {}]), and along the "
+        "target's own answers {} against {} on HumanEval and {} against {} on MT-Bench (32 prompts each). Its "
+        "forward costs {} of the target's captured, against {}",
+    )
+    data = _load("results/drafters/heldout-fused-kl/drafters.json")
+    rows = {r["drafter"]: r for r in data["rows"]}
+    (pair,) = [
+        p
+        for p in data["pairs"]
+        if (p["a"], p["b"], p["measure"]) == ("corpus-bf16-kl", "corpus-fused-kl", "acceptance")
+    ]
+    answers = {
+        (r["drafter"], r["set"]): r["acceptance"]
+        for r in _load("results/drafters/answers-fused-kl/specialised_drafters.json")["rows"]
+    }
+    for printed, value in (
+        (fused, rows["corpus-fused-kl"]["acceptance"]),
+        (final, rows["corpus-bf16-kl"]["acceptance"]),
+        (diff, -pair["difference"]),
+        (low, -pair["high"]),
+        (high, -pair["low"]),
+        (he_fused, answers[("corpus-fused-kl", "humaneval")]),
+        (he_final, answers[("corpus-bf16-kl", "humaneval")]),
+        (mt_fused, answers[("corpus-fused-kl", "mt-bench")]),
+        (mt_final, answers[("corpus-bf16-kl", "mt-bench")]),
+        (ratio, rows["corpus-fused-kl"]["gpu_captured_ratio"]),
+        (ratio_final, rows["corpus-bf16-kl"]["gpu_captured_ratio"]),
+    ):
+        assert _agrees(printed, value), (printed, value)
