@@ -1395,8 +1395,8 @@ def test_benchmarks_fused_corpus_head_is_the_files():
     fused, final, diff, low, high, he_fused, he_final, mt_fused, mt_final, ratio, ratio_final = _quoted(
         BENCHMARKS,
         "give {} against {} at all 19,690 held-out answer positions (paired +{} [{}, {}]), and along the "
-        "target's own answers {} against {} on HumanEval and {} against {} on MT-Bench (32 prompts each). Its "
-        "forward costs {} of the target's captured, against {}",
+        "target's own answers {} against {} on HumanEval and {} against {} on MT-Bench (32 prompts each). "
+        "Its forward costs {} of the target's captured, against {}",
     )
     data = _load("results/drafters/heldout-fused-kl/drafters.json")
     rows = {r["drafter"]: r for r in data["rows"]}
