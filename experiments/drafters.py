@@ -22,8 +22,14 @@ final hidden state, or EAGLE-3's several layers: ``mdsd drafters features --feat
 read on the folder of its own layers, the 0.5B draft on the first, all on the same positions, so heads of
 either kind compare paired.
 
+With ``--depths 1 2 3 4``, each head's measures at those depths too (``by_depth``, ``drafters_by_depth.csv``):
+at depth d the head reads its own outputs chained d − 1 times (:func:`mdsd.drafters.train.unrolled`, what
+training with ``--unroll`` sees). Every position of such a pass reads chained features, where a decoding
+step's context holds the target's up to its last accepted token: a harsher test than decoding's depth d,
+and the same for every head, so it compares heads and shows the decay with depth, not a decode's rate.
+
 Writes ``drafters.json``/``.csv`` (one row per drafter and measure), ``drafters_pairs.csv`` (paired
-differences), ``drafters_by_set.csv`` and ``drafters_curves.png``.
+differences), ``drafters_by_set.csv``, ``drafters_by_depth.csv`` and ``drafters_curves.png``.
 
     python experiments/drafters.py --heads ~/.cache/mdsd/heads/corpus-kl ~/.cache/mdsd/heads/corpus-alpha \
         --features ~/.cache/mdsd/features/corpus-qwen2.5-coder-1.5b \
@@ -62,6 +68,10 @@ class Config:
     )
     pair: str = field(default="qwen2.5-coder", metadata={"help": "the real pair (its draft is compared)"})
     positions: int = field(default=4096, metadata={"help": "held-out answer positions (whole sequences)"})
+    depths: tuple[int, ...] = field(
+        default=(1,),
+        metadata={"help": "a head's depths measured (d > 1: its own outputs chained d - 1 times, unrolled)"},
+    )
     gpu: tuple[str, ...] = field(
         default=(), metadata={"help": "benchmarks/gpu_fast.py heads or fused_heads results (optional)"}
     )
@@ -132,12 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     drafters = {name: Path(folder).expanduser() for name, folder in zip(trainings, config.heads, strict=True)}
     target_cost = mdsd.costs.forward_cost(target)
 
-    per_drafter, rows = {}, []
+    per_drafter, rows, heads = {}, [], {}
     for name in tqdm([*drafters, "draft-0.5b"], desc="drafters", unit="drafter"):
         if name == "draft-0.5b":
             model, shape = draft, None
         else:
-            model = mdsd.drafters.FeatureHead.load(drafters[name], target, digest)
+            model = heads[name] = mdsd.drafters.FeatureHead.load(drafters[name], target, digest)
             shape = (model.head_config.layer.intermediate_size, model.head_config.draft_vocab)
         layers = model.feature_layers if shape else ()
         if shape and layers not in datas:
@@ -165,6 +175,20 @@ def main(argv: list[str] | None = None) -> None:
             mean, low, high = interval(values[measure], values["sequence"], config.seed)
             row |= {measure: mean, f"{measure}_low": low, f"{measure}_high": high}
         rows.append(row)
+
+    by_depth = []  # the heads' acceptances at each of --depths (the 0.5B draft's are its depth 1's)
+    for name, model in heads.items():
+        for depth in sorted(set(config.depths)):
+            values = per_drafter[name]
+            if depth > 1:
+                values = position_acceptance(
+                    datas[model.feature_layers], model, limit=config.positions, depth=depth
+                )
+            row = {"drafter": name, "depth": depth, "positions": int(values["acceptance"].size)}
+            for measure in ACCEPTANCES:
+                mean, low, high = interval(values[measure], values["sequence"], config.seed)
+                row |= {measure: mean, f"{measure}_low": low, f"{measure}_high": high}
+            by_depth.append(row)
 
     names = np.array(data.sets("held_out"), dtype=object)
     by_set = []
@@ -206,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         models={"target": mdsd.hf.describe_model(target_dir), "draft": mdsd.hf.describe_model(draft_dir)},
         pairs=pairs,
         by_set=by_set,
+        by_depth=by_depth,
         curves={name: t["curve"] for name, t in trainings.items()},
         trainings={
             name: {k: t[k] for k in ("config", "data", "command", "git_revision")}
@@ -224,6 +249,11 @@ def main(argv: list[str] | None = None) -> None:
         for r in by_set:
             figures = ",".join(f"{r[k]:.6f}" for m in ACCEPTANCES for k in (m, f"{m}_low", f"{m}_high"))
             f.write(f"{r['drafter']},{r['set']},{r['positions']},{figures}\n")
+    with open(out / "drafters_by_depth.csv", "w") as f:
+        f.write("drafter,depth,positions," + ",".join(f"{m},{m}_low,{m}_high" for m in ACCEPTANCES) + "\n")
+        for r in by_depth:
+            figures = ",".join(f"{r[k]:.6f}" for m in ACCEPTANCES for k in (m, f"{m}_low", f"{m}_high"))
+            f.write(f"{r['drafter']},{r['depth']},{r['positions']},{figures}\n")
     plot(trainings, rows, out / "drafters_curves.png")
     for row in rows:
         print(
@@ -235,6 +265,11 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{r['drafter']:>14} on {r['set']}: acceptance {r['acceptance']:.3f} [{r['acceptance_low']:.3f}, "
             f"{r['acceptance_high']:.3f}], alpha_4 {r['alpha_4']:.3f} ({r['positions']} positions)"
+        )
+    for r in by_depth:
+        print(
+            f"{r['drafter']:>14} at depth {r['depth']}: acceptance {r['acceptance']:.3f} "
+            f"[{r['acceptance_low']:.3f}, {r['acceptance_high']:.3f}], alpha_4 {r['alpha_4']:.3f}"
         )
     for p in pairs:
         mark = "*" if p["significant"] else " "

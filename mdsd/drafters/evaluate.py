@@ -2,7 +2,11 @@
 
 At every held-out position of a features folder (:class:`mdsd.drafters.train.HeadData`) the target's law p
 is known (top-K and tail) and each drafter gives its law q there: a feature head reading the target's
-features (teacher forcing: what it drafts at depth 1), a draft model reading the tokens. On the lumped pair
+features (teacher forcing: what it drafts at depth 1) or, at depth d, its own outputs chained d − 1 times
+from them (:func:`mdsd.drafters.train.unrolled`: what it drafts d tokens after the target's last feature,
+the tokens before being the text's; every position of the pass reads chained features, a harsher test than
+a decoding step's depth d, whose context holds the target's), a draft model reading the tokens (the same at
+every depth). On the lumped pair
 (:func:`mdsd.drafters.losses.lump`) the position's single-draft acceptance Σ min(p, q) and the optimal
 acceptances α*_k of k i.i.d. drafts (k = 2, 4) are exact; lumping the tail can only raise them, by at most
 min(p_lump, q_lump), for every drafter alike. Whole sequences are read (no chunking), so every position sees
@@ -23,13 +27,17 @@ ACCEPTANCES = ("acceptance", "alpha_2", "alpha_4")  # k = 1 (single draft), 2 an
 
 @torch.no_grad()
 def position_acceptance(
-    data, drafter, answers_only: bool = True, limit: int | None = None
+    data, drafter, answers_only: bool = True, limit: int | None = None, depth: int = 1
 ) -> dict[str, np.ndarray]:
     """Per held-out position of ``data`` (in sequence order; ``answers_only``: the positions whose next token
     is an answer's): the exact acceptances of :data:`ACCEPTANCES` and the sequence each position belongs to,
-    for ``drafter``: a :class:`mdsd.drafters.FeatureHead`, or a causal LM over the whole vocabulary.
-    ``limit``: stop after that many positions (whole sequences)."""
+    for ``drafter``: a :class:`mdsd.drafters.FeatureHead` (at ``depth``: module docstring), or a causal LM
+    over the whole vocabulary. ``limit``: stop after that many positions (whole sequences)."""
     from mdsd.drafters.head import FeatureHead
+    from mdsd.drafters.train import unrolled
+    from mdsd.validation import check_positive_ints
+
+    check_positive_ints({"depth": depth})
 
     V = data.files[0]["top_ids"].max() + 1  # only used for a model's slot map below
     out = {name: [] for name in (*ACCEPTANCES, "sequence")}
@@ -38,7 +46,7 @@ def position_acceptance(
         f = data.files[i]
         batch = data.batch([(i, a, a, b)])
         if isinstance(drafter, FeatureHead):
-            _, logits = drafter(batch["ids"], batch["features"], batch["positions"])
+            *_, (_, logits) = unrolled(drafter, batch["ids"], batch["features"], batch["positions"], depth)
             slot = torch.full((drafter.head_config.vocab_size,), -1, dtype=torch.long)
             slot[drafter.vocab] = torch.arange(drafter.vocab.numel())
         else:

@@ -255,29 +255,36 @@ def position_loss(config: TrainConfig, p: torch.Tensor, q: torch.Tensor) -> torc
     return 1 - optimal_acceptance_iid(p, q, config.k)
 
 
-def _pairs(head, batch: dict, slot: torch.Tensor, features: torch.Tensor) -> tuple:
-    """(g, p, q) at the batch's valid positions for the head reading ``features``."""
-    g, logits = head(batch["ids"], features, batch["positions"])
+def _lumped(batch: dict, slot: torch.Tensor, logits: torch.Tensor) -> tuple:
+    """(p, q): the lumped pairs at the batch's valid positions of the target's law and the head's
+    ``logits``."""
     valid = batch["valid"]
     log_q = torch.log_softmax(logits[valid].float(), -1)
-    p, q = lump(batch["top_ids"][valid], batch["top_logp"][valid].exp(), slot, log_q)
-    return g, p, q
+    return lump(batch["top_ids"][valid], batch["top_logp"][valid].exp(), slot, log_q)
 
 
 def _objective(config: TrainConfig, head, batch: dict, slot: torch.Tensor) -> torch.Tensor:
-    features, total = batch["features"], 0.0
-    for _ in range(config.unroll):
-        g, p, q = _pairs(head, batch, slot, features)
-        total = total + position_loss(config, p, q).mean()
+    total = 0.0
+    for g, logits in unrolled(head, batch["ids"], batch["features"], batch["positions"], config.unroll):
+        total = total + position_loss(config, *_lumped(batch, slot, logits)).mean()
         if config.feature_weight:
             total = total + config.feature_weight * F.smooth_l1_loss(
                 g[batch["valid"]], batch["next"][batch["valid"]]
             )
-        # the next unrolled step reads the head's own outputs where it read the target's (one position on;
-        # the target's first feature fused to the head's width where it reads several layers)
-        first = getattr(head, "module", head).read(batch["features"][:, :1]).to(g.dtype)
-        features = torch.cat([first, g[:, :-1]], 1)
     return total / config.unroll
+
+
+def unrolled(head, ids: torch.Tensor, features: torch.Tensor, positions: torch.Tensor, passes: int):
+    """(g, logits) of ``passes`` forwards of ``head`` (a :class:`FeatureHead`, or one wrapped for DDP) over
+    tokens ``ids`` [B, Q] at ``positions``: the first reads the target's ``features``, each next one the
+    head's own outputs of the pass before, one position on (the first position keeps the target's feature,
+    fused to the head's width where it reads several layers). Teacher-forced, pass d at position t is
+    what the head drafts d tokens after the last target feature it read: depth d of a chain."""
+    first = getattr(head, "module", head).read(features[:, :1])
+    for _ in range(passes):
+        g, logits = head(ids, features, positions)
+        yield g, logits
+        features = torch.cat([first.to(g.dtype), g[:, :-1]], 1)
 
 
 @torch.no_grad()
@@ -296,7 +303,8 @@ def evaluate(
     count = 0
     for lo in range(0, len(chunks), 8):
         batch = data.batch(chunks[lo : lo + 8], slot.device)
-        _, p, q = _pairs(head, batch, slot, batch["features"])
+        _, logits = head(batch["ids"], batch["features"], batch["positions"])
+        p, q = _lumped(batch, slot, logits)
         p, q = p.double(), q.double()
         sums["loss"] += float(position_loss(config, p, q).sum())
         sums["acceptance"] += float((1 - total_variation(p, q)).sum())

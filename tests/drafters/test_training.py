@@ -400,3 +400,41 @@ def test_each_sequence_knows_its_training_set(setup, tmp_path, monkeypatch):
                 shard = int(Path(files[i].stem).name.rpartition("-")[2])
                 places.append(24 * shard + data.files[i]["offsets"].tolist().index(a))
             assert data.sets(part) == [expected(g) for g in places], (name, part)
+
+
+def test_a_heads_acceptance_at_depth_d_reads_its_own_outputs_chained(setup, tmp_path):
+    """position_acceptance at depth 2 and 3: the head's laws after reading, at every position, its own
+    output of the pass before one position on (written out here pass by pass), against the target's laws;
+    depth 1 is the teacher-forced read, a draft model is the same at every depth, depth 0 is refused."""
+    from mdsd.drafters.evaluate import position_acceptance
+    from mdsd.drafters.losses import lump, total_variation
+
+    target_dir, features = setup
+    data = HeadData(features, SMALL["held_out"], 0)
+    target = mdsd.hf.load_model(target_dir)
+    train(TrainConfig(**SMALL), features, target_dir, tmp_path, progress=False)
+    head = FeatureHead.load(tmp_path, target)
+    slot = torch.full((head.head_config.vocab_size,), -1, dtype=torch.long)
+    slot[head.vocab] = torch.arange(head.vocab.numel())
+    by_depth = {}
+    for depth in (1, 2, 3):
+        got = by_depth[depth] = position_acceptance(data, head, answers_only=False, depth=depth)
+        want = []
+        for i, a, b in data.sequences["held_out"]:
+            batch = data.batch([(i, a, a, b)])
+            reads = batch["features"]
+            with torch.no_grad():
+                for _ in range(depth):
+                    g, logits = head(batch["ids"], reads, batch["positions"])
+                    reads = torch.cat([batch["features"][:, :1], g[:, :-1]], 1)  # width H: read as it is
+            log_q = torch.log_softmax(logits[0].double(), -1)
+            p, q = lump(batch["top_ids"][0], batch["top_logp"][0].double().exp(), slot, log_q)
+            want.append((1 - total_variation(p, q)).numpy())
+        assert np.allclose(got["acceptance"], np.concatenate(want), atol=1e-9), depth
+    assert not np.allclose(
+        by_depth[1]["acceptance"], by_depth[2]["acceptance"]
+    )  # the chain reads other features
+    model = position_acceptance(data, target, answers_only=False, depth=3)["acceptance"]
+    assert np.array_equal(model, position_acceptance(data, target, answers_only=False)["acceptance"])
+    with pytest.raises(ValueError, match="depth must be a positive int, got 0"):
+        position_acceptance(data, head, depth=0)
