@@ -89,6 +89,10 @@ class TrainConfig:
     eval_positions: int = field(default=4096, metadata={"help": "held-out positions evaluated"})
     checkpoint_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed of the split, the batches and the head's init"})
+    init: str = field(
+        default="",
+        metadata={"help": "a trained head's folder to start from (its shape, vocabulary and layers kept)"},
+    )
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -356,9 +360,13 @@ def train(
             "--feature-weight regresses the head onto the target's final feature, which features of "
             f"layers {list(data.feature_layers)} do not hold: train with --feature-weight 0"
         )
-    head = FeatureHead.from_target(
-        target, vocab, config.intermediate_size or None, described, data.feature_layers
-    )
+    if config.init:
+        head = _initial_head(config, data, target, described)
+        vocab = head.vocab.cpu()
+    else:
+        head = FeatureHead.from_target(
+            target, vocab, config.intermediate_size or None, described, data.feature_layers
+        )
     del target  # the head keeps the embedding and its output rows
     slot = torch.full((head.head_config.vocab_size,), -1, dtype=torch.long)
     slot[vocab] = torch.arange(vocab.numel())
@@ -455,6 +463,25 @@ def train(
     if world > 1:
         torch.distributed.destroy_process_group()
     return out
+
+
+def _initial_head(config: TrainConfig, data: HeadData, target, described: dict) -> FeatureHead:
+    """The head of ``config.init`` to train on (``--init``: a finished head for this target, reading the
+    features' layers, of the shape and draft vocabulary size the config asks for)."""
+    head = FeatureHead.load(config.init, target, described["weights_sha256"])
+    shape = head.head_config
+    if shape.feature_layers != data.feature_layers:
+        raise ValueError(
+            f"--init: {config.init} reads the target's layers {list(shape.feature_layers)}; these features "
+            f"hold {list(data.feature_layers) or 'the final state'}"
+        )
+    asked = (config.intermediate_size or shape.layer.intermediate_size, config.draft_vocab)
+    if asked != (shape.layer.intermediate_size, shape.draft_vocab):
+        raise ValueError(
+            f"--init: {config.init} has an MLP of {shape.layer.intermediate_size} and {shape.draft_vocab} "
+            f"draft tokens; --intermediate-size and --draft-vocab ask for {asked[0]} and {asked[1]}"
+        )
+    return head
 
 
 def _rate(config: TrainConfig, step: int) -> float:

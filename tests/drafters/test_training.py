@@ -438,3 +438,36 @@ def test_a_heads_acceptance_at_depth_d_reads_its_own_outputs_chained(setup, tmp_
     assert np.array_equal(model, position_acceptance(data, target, answers_only=False)["acceptance"])
     with pytest.raises(ValueError, match="depth must be a positive int, got 0"):
         position_acceptance(data, head, depth=0)
+
+
+def test_a_head_trained_on_from_another_starts_from_its_weights(setup, tmp_path):
+    """--init: the run starts from the trained head (step 0's held-out figures are its own, its vocabulary
+    kept) and decodes losslessly; a head of another shape, vocabulary size or feature layers is refused."""
+    target_dir, features = setup
+    train(TrainConfig(**SMALL), features, target_dir, tmp_path / "a", progress=False)
+    first = json.loads((tmp_path / "a" / TRAINING).read_text())["curve"][-1]
+    config = TrainConfig(
+        **(SMALL | {"steps": 1, "eval_every": 1, "lr": 1e-12, "warmup": 1}), init=str(tmp_path / "a")
+    )
+    train(config, features, target_dir, tmp_path / "b", progress=False)
+    again = json.loads((tmp_path / "b" / TRAINING).read_text())["curve"][-1]
+    assert again["acceptance"] == pytest.approx(first["acceptance"], abs=1e-6)  # one step of lr 1e-12
+    target = mdsd.hf.load_model(target_dir)
+    a, b = (FeatureHead.load(tmp_path / d, target) for d in ("a", "b"))
+    assert torch.equal(a.vocab, b.vocab)
+    _decodes_losslessly(target, b)
+    for bad, match in (
+        ({"draft_vocab": 12}, "20 draft tokens; --intermediate-size and --draft-vocab ask for .* and 12"),
+        ({"intermediate_size": 8}, "--draft-vocab ask for 8 and 20"),
+    ):
+        with pytest.raises(ValueError, match=f"--init: .*{match}"):
+            train(
+                TrainConfig(**(SMALL | bad), init=str(tmp_path / "a")), features, target_dir, tmp_path / "c"
+            )
+    fused = FeatureHead.from_target(target, torch.arange(20), feature_layers=(0, 1))
+    fused.save(tmp_path / "f")
+    (tmp_path / "f" / TRAINING).write_text("{}")
+    with pytest.raises(
+        ValueError, match=r"--init: .* reads the target's layers \[0, 1\]; these features hold the final"
+    ):
+        train(TrainConfig(**SMALL, init=str(tmp_path / "f")), features, target_dir, tmp_path / "d")
