@@ -1423,3 +1423,61 @@ def test_benchmarks_fused_corpus_head_is_the_files():
         (ratio_final, rows["corpus-bf16-kl"]["gpu_captured_ratio"]),
     ):
         assert _agrees(printed, value), (printed, value)
+
+
+def test_the_unrolled_heads_depths_and_decoding_are_the_files():
+    """results/drafters/README.md's unroll-fused-kl section: the depth table and the depth-2 sentence from
+    the runs' by_depth rows, the depth-1 cost from the pairs, chain:4 from the paired runs."""
+    text = (ROOT / "results/drafters/README.md").read_text()
+    text = text[text.index("## `unroll-fused-kl/`") : text.index("## `corpus-bf16-kl/`")]
+    data = _load("results/drafters/unroll-fused-kl/drafters.json")
+    depth = {(r["drafter"], r["depth"]): r for r in data["by_depth"]}
+    for d in (1, 2, 3, 4):
+        (line,) = [x for x in text.splitlines() if x.startswith(f"| {d} |")]
+        numbers = re.findall(r"\d+\.\d+", line)
+        expected = [
+            v
+            for head in ("corpus-fused-kl", "corpus-fused-kl-unroll3")
+            for r in [depth[(head, d)]]
+            for v in (r["acceptance"], r["acceptance_low"], r["acceptance_high"])
+        ]
+        assert len(numbers) == 6 and all(_agrees(n, v) for n, v in zip(numbers, expected, strict=True)), line
+    before = {
+        (r["drafter"], r["depth"]): r
+        for r in _load("results/drafters/heldout-fused-kl/drafters.json")["by_depth"]
+    }
+    one_final, one_fused, two_final, two_fused = _quoted(
+        text, "falls from {} / {} at depth 1 to **{} / {} at depth 2**"
+    )
+    for printed, key in (
+        (one_final, ("corpus-bf16-kl", 1)),
+        (one_fused, ("corpus-fused-kl", 1)),
+        (two_final, ("corpus-bf16-kl", 2)),
+        (two_fused, ("corpus-fused-kl", 2)),
+    ):
+        assert _agrees(printed, before[key]["acceptance"]), (printed, key)
+    (pair,) = [
+        p
+        for p in data["pairs"]
+        if (p["a"], p["b"], p["measure"]) == ("corpus-fused-kl", "corpus-fused-kl-unroll3", "acceptance")
+    ]
+    cost = _quoted(text, "Depth 1 costs {} [{}, {}] (paired)")
+    assert all(_agrees(c, pair[k]) for c, k in zip(cost, ("difference", "low", "high"), strict=True))
+    runs = {
+        r["prompt_set"]: r for r in _load("results/drafters/unroll-fused-kl/paired/paired_runs.json")["rows"]
+    }
+    quoted = _quoted(text, "chain:4 **{} against {}**\ntokens per target forward, paired {} [{}, {}]")
+    quoted += _quoted(
+        text, "on HumanEval {} against {} ({} [{},\n{}]), on MT-Bench {} against {} ({} [{}, {}])"
+    )
+    expected = [
+        v
+        for name in ("all", "humaneval", "mt-bench")
+        for v in (
+            runs[name]["tokens_per_forward_a"],
+            runs[name]["tokens_per_forward_b"],
+            runs[name]["ratio"],
+            *runs[name]["ci95"],
+        )
+    ]
+    assert all(_agrees(q, v) for q, v in zip(quoted, expected, strict=True)), (quoted, expected)
