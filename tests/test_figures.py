@@ -1481,3 +1481,18 @@ def test_the_unrolled_heads_depths_and_decoding_are_the_files():
         )
     ]
     assert all(_agrees(q, v) for q, v in zip(quoted, expected, strict=True)), (quoted, expected)
+    two, three, cost_1, ratio, low, high, humaneval = _quoted(
+        BENCHMARKS,
+        "keeps {} at depth 2 and {} at depth 3 ({} less at depth 1), and decodes chain:4 at {}× [{}, {}] "
+        "the fused head's tokens per target forward on 32 prompts, {}× on HumanEval",
+    )
+    for printed, value in (
+        (two, depth[("corpus-fused-kl-unroll3", 2)]["acceptance"]),
+        (three, depth[("corpus-fused-kl-unroll3", 3)]["acceptance"]),
+        (cost_1, pair["difference"]),
+        (ratio, runs["all"]["ratio"]),
+        (low, runs["all"]["ci95"][0]),
+        (high, runs["all"]["ci95"][1]),
+        (humaneval, runs["humaneval"]["ratio"]),
+    ):
+        assert _agrees(printed, value), (printed, value)

@@ -460,7 +460,8 @@ def train(
             **provenance(),  # command, revision, versions, device, time
         }
         (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
-    if world > 1:
+    if world > 1:  # every process past its last collective and process 0 done writing, then torn down
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return out
 
