@@ -41,9 +41,11 @@ def teacher_forced_logits(
     if not 1 <= start < ids.numel():
         raise ValueError(f"start must lie in [1, {ids.numel()}) to predict at least one token, got {start}")
     x = ids[None].long()
-    p = target(x).logits[0, start - 1 : -1].float()
     positions = torch.arange(x.shape[1])[None]
-    features, qs = _head_features(target, [d for d in drafters if isinstance(d, FeatureHead)], x), []
+    heads = [d for d in drafters if isinstance(d, FeatureHead)]
+    final, features = _target_features(target, {h.feature_layers for h in heads}, x)
+    p = target.get_output_embeddings()(final[0, start - 1 : -1]).float()
+    qs = []
     for drafter in drafters:
         if isinstance(drafter, FeatureHead):
             g, _ = drafter(x, features[drafter.feature_layers], positions)
@@ -61,22 +63,19 @@ def teacher_forced_logits(
     return p, qs
 
 
-def _head_features(target, heads: list, x: torch.Tensor) -> dict[tuple[int, ...], torch.Tensor]:
-    """{feature layers: the features [1, L, H or n·H] each token of ``x`` [1, L] reads (the position
-    before it's; zeros at the first)} for ``heads``, from one decoder forward: the final hidden state (after
-    the final norm) for a head of no layers, those layers' outputs concatenated for one of several."""
-    from mdsd.tree.cache import layer_outputs
+def _target_features(
+    target, layer_sets: set[tuple[int, ...]], x: torch.Tensor
+) -> tuple[torch.Tensor, dict[tuple[int, ...], torch.Tensor]]:
+    """The target's final hidden states [1, L, H] over ``x`` [1, L] (what its output layer reads), and for
+    each set of feature layers the features [1, L, H or n·H] each token of ``x`` reads (the position
+    before it's; zeros at the first): one decoder forward per distinct set (one with none or one set)."""
+    from mdsd.tree.cache import decoder_features
 
-    if not heads:
-        return {}
-    wanted = tuple(sorted({i for head in heads for i in head.feature_layers}))
-    with layer_outputs(target, wanted) as kept:
-        final = target.get_decoder()(input_ids=x).last_hidden_state
-    features = {}
-    for layers in {head.feature_layers for head in heads}:
-        f = torch.cat([kept[i] for i in layers], -1) if layers else final
+    final, features = None, {}
+    for layers in sorted(layer_sets) or [()]:
+        _, final, f = decoder_features(target, layers, input_ids=x)
         features[layers] = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)
-    return features
+    return final, features
 
 
 def position_acceptance(

@@ -87,9 +87,9 @@ def _read(
     target, sequences: list[list[int]], top_k: int, batch_tokens: int, layers: tuple[int, ...] = ()
 ) -> dict[str, np.ndarray]:
     """One target forward per batch of sequences (right-padded): the arrays of the module docstring."""
-    from mdsd.tree.cache import layer_outputs
+    from mdsd.tree.cache import decoder_features
 
-    decoder, head = target.get_decoder(), target.get_output_embeddings()
+    head = target.get_output_embeddings()
     dev = next(target.parameters()).device
     hidden, top_ids, top_logp = [], [], []
     start = 0
@@ -104,9 +104,8 @@ def _read(
         width = max(map(len, batch))
         ids = torch.tensor([s + [0] * (width - len(s)) for s in batch], device=dev)
         mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch], device=dev)
-        with layer_outputs(target, layers) as outputs:
-            h = decoder(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, width, H]
-        kept = torch.cat([outputs[i] for i in layers], -1) if layers else h  # [b, width, H or n·H]
+        # [b, width, H] and [b, width, H or n·H]
+        _, h, kept = decoder_features(target, layers, input_ids=ids, attention_mask=mask)
         for row, feature, seq in zip(h, kept, batch, strict=True):
             row = row[: len(seq)]
             logp = torch.log_softmax(head(row).float(), -1)

@@ -39,6 +39,7 @@ __all__ = [
     "block_mask",
     "ModelCache",
     "layer_outputs",
+    "decoder_features",
     "cache_keywords",
     "returned_cache",
     "finite",
@@ -155,6 +156,22 @@ def layer_outputs(model: torch.nn.Module, layers: tuple[int, ...]) -> Iterator[d
     finally:
         for handle in handles:
             handle.remove()
+
+
+def decoder_features(
+    model: torch.nn.Module, feature_layers: tuple[int, ...] = (), keep: int | None = None, **kwargs
+) -> tuple[object, torch.Tensor, torch.Tensor]:
+    """One forward of ``model``'s decoder (its base model, no output layer) on ``kwargs``: its output, the
+    final hidden states [B, keep, H] of the last ``keep`` tokens (None: all; after the last norm: what the
+    output layer reads) and the features a drafter head reads there: those states, or with ``feature_layers``
+    the outputs of those decoder layers concatenated [B, keep, n·H] (EAGLE-3's fused features)."""
+    with layer_outputs(model, feature_layers) as layers:
+        out = model.get_decoder()(**kwargs)
+    window = slice(None) if keep is None else slice(-keep, None)
+    h = out.last_hidden_state[:, window]
+    if not feature_layers:
+        return out, h, h
+    return out, h, torch.cat([layers[i][:, window] for i in feature_layers], dim=-1)
 
 
 @functools.cache
@@ -279,12 +296,8 @@ class ModelCache:
             **cache_keywords(self.model, self.cache),
         }
         if self.hidden:  # the base model's last hidden states, then the output layer on the kept ones
-            with layer_outputs(self.model, self.feature_layers) as layers:
-                out = self.model.get_decoder()(**kwargs)
-            h = out.last_hidden_state[:, -keep:]
-            logits, hidden = self.model.get_output_embeddings()(h), h
-            if self.feature_layers:
-                hidden = torch.cat([layers[i][:, -keep:] for i in self.feature_layers], dim=-1)
+            out, h, hidden = decoder_features(self.model, self.feature_layers, keep, **kwargs)
+            logits = self.model.get_output_embeddings()(h)
         else:
             if _arguments(type(self.model))[1]:
                 kwargs["logits_to_keep"] = keep

@@ -71,6 +71,24 @@ def test_one_target_forward_serves_every_drafter():
     assert not torch.equal(qs[0], qs[1])
 
 
+def test_the_target_runs_once_and_its_logits_are_its_forwards():
+    """With a model, a small drafter and a feature head, the target's decoder runs once, and p is the
+    target's own forward's logits at the answer's positions."""
+    target, head = _drafter("head", 0)
+    _, model = _drafter("model", 1)
+    ids = torch.tensor([5, 6, 7, 1, 9, 2])
+    calls = []
+    hook = target.get_decoder().register_forward_hook(lambda *_: calls.append(1))
+    try:
+        p, qs = teacher_forced_logits(target, [model, head], ids, 3)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and len(qs) == 2
+    with torch.no_grad():
+        want = target(ids[None]).logits[0, 2:-1].float()
+    assert torch.allclose(p, want, atol=1e-5)
+
+
 @pytest.mark.parametrize("temperature", [1e-3, 0.6, 1.0, 2.5])
 def test_acceptances_are_the_exact_optima(temperature):
     """Σ min(p, q) and α*_k of the softmaxed logits, against a direct sum and the OTM LP on a small
