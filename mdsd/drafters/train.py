@@ -215,15 +215,17 @@ class HeadData:
     ) -> dict[str, torch.Tensor]:
         """Right-padded tensors of ``chunks`` on ``device``: ``ids``, ``features`` (each token's: the target's
         hidden state before it, zeros at a sequence's start), ``positions`` (in the sequence), ``next`` (the
-        target's hidden state at the token: what the head predicts), ``top_ids``, ``top_logp``, ``valid``."""
+        target's hidden state at the token: what the head predicts), ``top_ids``, ``top_logp``, ``valid``.
+        The states are assembled and moved in the files' dtype (bfloat16) and made float32 on ``device``:
+        the same numbers, half the host's bytes."""
         L = max(c - s for _, _, s, c in chunks)
         H, K = self.hidden_size, self.files[0]["top_ids"].shape[1]
-        B = len(chunks)
+        B, stored = len(chunks), self.files[0]["hidden"].dtype
         out = {
             "ids": torch.zeros(B, L, dtype=torch.long),
-            "features": torch.zeros(B, L, H),
+            "features": torch.zeros(B, L, H, dtype=stored),
             "positions": torch.zeros(B, L, dtype=torch.long),
-            "next": torch.zeros(B, L, H),
+            "next": torch.zeros(B, L, H, dtype=stored),
             "top_ids": torch.zeros(B, L, K, dtype=torch.long),
             "top_logp": torch.full((B, L, K), -torch.inf),
             "valid": torch.zeros(B, L, dtype=torch.bool),
@@ -231,14 +233,15 @@ class HeadData:
         for b, (i, a, s, c) in enumerate(chunks):
             f, n = self.files[i], c - s
             out["ids"][b, :n] = f["tokens"][s:c].long()
-            out["next"][b, :n] = f["hidden"][s:c].float()
+            out["next"][b, :n] = f["hidden"][s:c]
             lo = max(s - 1, a)
-            out["features"][b, lo + 1 - s : n] = f["hidden"][lo : c - 1].float()
+            out["features"][b, lo + 1 - s : n] = f["hidden"][lo : c - 1]
             out["positions"][b, :n] = torch.arange(s - a, c - a)
             out["top_ids"][b, :n] = f["top_ids"][s:c].long()
             out["top_logp"][b, :n] = f["top_logp"][s:c]
             out["valid"][b, :n] = True
-        return {k: v.to(device, non_blocking=True) for k, v in out.items()}
+        moved = {k: v.to(device, non_blocking=True) for k, v in out.items()}
+        return moved | {k: moved[k].float() for k in ("features", "next")}
 
 
 def _kind(record: dict) -> tuple:

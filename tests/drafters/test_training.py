@@ -69,6 +69,25 @@ def test_features_are_the_targets_laws_and_states(setup):
     assert torch.allclose(f["hidden"][a:b].float(), hidden, atol=0.05)  # stored in bfloat16
 
 
+def test_a_batch_is_its_files_rows_shifted_and_padded(setup):
+    """HeadData.batch of a whole sequence and of a chunk from its middle: each token reads the stored state
+    before it (zeros at the sequence's start, the state before the chunk inside it), in float32."""
+    _, features = setup
+    data = HeadData(features, 0.2, 0)
+    i, a, b = data.sequences["train"][0]
+    f = data.files[i]
+    batch = data.batch([(i, a, a, b), (i, a, a + 2, a + 5)])
+    n = b - a
+    assert batch["features"].dtype == batch["next"].dtype == torch.float32
+    assert torch.equal(batch["ids"][0, :n], f["tokens"][a:b].long())
+    assert torch.equal(batch["next"][0, :n], f["hidden"][a:b].float())
+    assert torch.equal(batch["features"][0, 1:n], f["hidden"][a : b - 1].float())
+    assert not batch["features"][0, 0].any()
+    assert torch.equal(batch["features"][1, :3], f["hidden"][a + 1 : a + 4].float())
+    assert batch["positions"][1, :3].tolist() == [2, 3, 4] and batch["valid"][1].sum() == 3
+    assert not batch["next"][1, 3:].any() and (batch["top_logp"][1, 3:] == -torch.inf).all()
+
+
 def test_the_corpus_order_takes_turns_grows_by_a_prefix_and_outlives_a_set():
     sizes, seed = [5, 12, 3], 7
     whole = corpus_order(sizes, seed, sum(sizes))
