@@ -15,7 +15,9 @@ the fit's residuals, and predicts each small drafter of ``--small`` (width:layer
 :class:`~mdsd.drafters.SmallDrafter`) against the target. A prediction, not a measurement: it says which
 shapes stay under a cost budget before the GPU measures them. Where the heads section also timed small
 drafters (gpu_fast's SMALL_DRAFTERS), their rows carry ``measured_ms`` beside the prediction but stay out of
-the fit: they check it.
+the fit: they check it. So do the heads of ``--checks`` (gpu_fast files with a ``fused_heads`` section) that
+read several of the target's layers (EAGLE-3's fused features: rows ``fusedN:I:M``, N layers), each ratio
+taken against its own file's target.
 
 Run:  python benchmarks/bench_drafter_cost.py [--small 512:4:16384 ...]
 Writes benchmarks/results/drafter_cost.json (+ .csv).
@@ -58,6 +60,10 @@ class Config:
         default=str(HERE / "results" / "gpu_fast_h200_1129_heads.json"),
         metadata={"help": "a gpu_fast.py run with a heads section (captured_ms at B = 1, t = 1)"},
     )
+    checks: tuple[str, ...] = field(
+        default=(str(HERE / "results" / "gpu_fast_drafters_h200_1130.json"),),
+        metadata={"help": "gpu_fast runs with a fused_heads section: their fused heads, predicted and checked"},
+    )
     target: str = field(default=str(MODELS / "qwen2.5-coder-1.5b-instruct"), metadata={"help": "config dir"})
     draft: str = field(default=str(MODELS / "qwen2.5-coder-0.5b-instruct"), metadata={"help": "config dir"})
     output_dir: str = field(default=str(HERE / "results"), metadata={"help": "where the results go"})
@@ -88,7 +94,8 @@ def kernels(model) -> int:
     def features(t: int):
         if not getattr(model, "reads_features", False):
             return None
-        return torch.zeros(1, t, model.head_config.layer.hidden_size, dtype=torch.bfloat16, device=device)
+        width = model.head_config.layer.hidden_size * max(1, len(model.head_config.feature_layers))
+        return torch.zeros(1, t, width, dtype=torch.bfloat16, device=device)
 
     real = torch.ones(1, CONTEXT, dtype=torch.bool, device=device)
     at = torch.arange(CONTEXT, device=device)[None]
@@ -120,7 +127,10 @@ def _pick(row: dict) -> tuple[int, int]:
 
 
 def _name(row: dict) -> str:
-    """A measured row's model by shape: ``target``, ``draft``, ``head:I:M`` or ``small:H:L:M``."""
+    """A measured row's model by shape: ``target``, ``draft``, ``head:I:M``, ``fusedN:I:M`` (a head reading N
+    layers) or ``small:H:L:M``."""
+    if row.get("feature_layers"):
+        return f"fused{len(row['feature_layers'])}:{row['intermediate']}:{row['draft_vocab']}"
     if row["model"] == "head":
         return f"head:{row['intermediate']}:{row['draft_vocab']}"
     if row["model"] == "small":
@@ -128,13 +138,15 @@ def _name(row: dict) -> str:
     return row["model"]
 
 
-def head(target, intermediate: int, draft_vocab: int):
-    """A feature head on ``target`` (meta) of that MLP width and draft vocabulary."""
+def head(target, intermediate: int, draft_vocab: int, feature_layers: tuple[int, ...] = ()):
+    """A feature head on ``target`` (meta) of that MLP width and draft vocabulary, reading the target's final
+    state or the outputs of ``feature_layers``."""
     from mdsd.drafters.head import FeatureHead, HeadConfig
     from mdsd.drafters.layer import LayerShape
 
     V, _ = target.get_input_embeddings().weight.shape
-    config = HeadConfig(LayerShape.of_config(target.config, intermediate), V, draft_vocab, "", "", "qwen2")
+    shape = LayerShape.of_config(target.config, intermediate)
+    config = HeadConfig(shape, V, draft_vocab, "", "", "qwen2", tuple(feature_layers))
     with torch.device("meta"):
         rows = target.get_output_embeddings().weight[:draft_vocab]
         embed = target.get_input_embeddings().weight
@@ -156,10 +168,20 @@ def small(target, width: int, layers: int, draft_vocab: int):
         )
 
 
-def measured_rows(path: str) -> list[dict]:
-    """The B = 1, t = 1 rows of a gpu_fast heads section, with their shapes."""
-    rows = json.loads(Path(path).read_text())["heads"]
+def measured_rows(path: str, section: str = "heads") -> list[dict]:
+    """The B = 1, t = 1 rows of a gpu_fast heads (or fused_heads) section, with their shapes."""
+    rows = json.loads(Path(path).read_text())[section]
     return [r for r in rows if r["B"] == 1 and r["tokens"] == 1 and "captured_ms" in r]
+
+
+def checked_rows(paths: tuple[str, ...]) -> dict[str, tuple[dict, float]]:
+    """{name: (row, its file's target captured_ms)} of the fused heads the ``--checks`` files timed."""
+    out = {}
+    for path in paths:
+        rows = measured_rows(path, "fused_heads")
+        target_ms = next(r["captured_ms"] for r in rows if r["model"] == "target")
+        out |= {_name(r): (r, target_ms) for r in rows if r.get("feature_layers")}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,6 +194,9 @@ def main(argv: list[str] | None = None) -> None:
         if row["model"] == "head":
             built[_name(row)] = head(target, *_pick(row))
     timed = {_name(r): r["captured_ms"] for r in timed_rows}
+    checks = checked_rows(cfg.checks)
+    for name, (row, _) in checks.items():
+        built[name] = head(target, *_pick(row), tuple(row["feature_layers"]))
     specs = list(cfg.small) + [n.removeprefix("small:") for n in timed if n.startswith("small:")]
     for spec in dict.fromkeys(specs):
         built[f"small:{spec}"] = small(target, *(int(x) for x in spec.split(":")))
@@ -191,7 +216,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name, c in counted.items():
         predicted = per_kernel * c["kernels"] + per_gbyte * c["gbytes"]
-        measured = timed.get(name)
+        measured, of = timed.get(name), timed["target"]
+        if name in checks:
+            measured, of = checks[name][0]["captured_ms"], checks[name][1]
         rows.append(
             {
                 "model": name,
@@ -199,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
                 "predicted_ms": predicted,
                 "measured_ms": measured,
                 "predicted_ratio": predicted / target_ms,
-                "measured_ratio": None if measured is None else measured / timed["target"],
+                "measured_ratio": None if measured is None else measured / of,
                 "in_fit": name in dict(fit_rows),
             }
         )

@@ -631,3 +631,10 @@ def test_a_drafters_cost_ratio_is_read_by_its_shape(tmp_path):
         assert cost_ratio(table, form) == (0.06, f"head:{width}:32")
     wider = table | {f"head:{width + 1}:24": {"measured_ratio": 0.5}}
     assert cost_ratio(wider, head) == (0.06, f"head:{width}:32")
+    fused = FeatureHead.from_target(target, torch.arange(24), feature_layers=(0, 1))  # reads two layers
+    assert cost_ratio(table, fused) == (None, None)  # not the final-state head's row
+    table |= {f"fused2:{width}:32": {"measured_ratio": None, "predicted_ratio": 0.07}}
+    fused.save(tmp_path / "fused")
+    for form in (fused, drafter_config(tmp_path / "fused")):
+        assert cost_ratio(table, form) == (0.07, f"fused2:{width}:32")
+    assert cost_ratio(table, head) == (0.06, f"head:{width}:32")

@@ -2,7 +2,8 @@
 predicted ratios (``benchmarks/bench_drafter_cost.py``'s ``drafter_cost.json``, or a gpu_fast heads file).
 
 The table's rows are named by shape: ``draft`` (the real pair's draft model), ``small:H:L:M`` (a small
-drafter of width H and L layers with M output rows) and ``head:I:M`` (a feature head of MLP width I). With c
+drafter of width H and L layers with M output rows), ``head:I:M`` (a feature head of MLP width I reading the
+target's final state) and ``fusedN:I:M`` (one reading the outputs of N of the target's layers). With c
 known, greedy or sampled decoding with a chain of k drafts, forwards only and at B = 1, runs at
 
 .. math:: \\text{speedup} = \\frac{\\text{tokens per target forward}}{1 + k\\,c}
@@ -47,7 +48,8 @@ def cost_ratio(table: dict[str, dict], drafter) -> tuple[float | None, str | Non
     if isinstance(config, SmallConfig):
         name = _covering(table, f"small:{config.layer.hidden_size}:{config.layers}:", config.draft_vocab)
     elif isinstance(config, HeadConfig):
-        name = _covering(table, f"head:{config.layer.intermediate_size}:", config.draft_vocab)
+        reads = f"fused{len(config.feature_layers)}" if config.feature_layers else "head"
+        name = _covering(table, f"{reads}:{config.layer.intermediate_size}:", config.draft_vocab)
     else:
         name = "draft"
     row = table.get(name)
