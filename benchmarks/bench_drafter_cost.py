@@ -62,7 +62,7 @@ class Config:
     )
     checks: tuple[str, ...] = field(
         default=(str(HERE / "results" / "gpu_fast_drafters_h200_1130.json"),),
-        metadata={"help": "gpu_fast runs with a fused_heads section: their fused heads, predicted and checked"},
+        metadata={"help": "gpu_fast runs with a fused_heads section: their fused heads, predicted, checked"},
     )
     target: str = field(default=str(MODELS / "qwen2.5-coder-1.5b-instruct"), metadata={"help": "config dir"})
     draft: str = field(default=str(MODELS / "qwen2.5-coder-0.5b-instruct"), metadata={"help": "config dir"})
