@@ -1226,6 +1226,20 @@ def test_the_trained_drafters_forwards_are_the_sessions_file(label, model):
         assert _agrees(ms_, rows[shape]["captured_ms"]) and _agrees(ratio, rows[shape]["ratio_captured"])
 
 
+def test_the_fused_heads_cost_row_is_the_file():
+    """The fused head's row of drafter_cost.json as the forwards table's bullet states it."""
+    kernels, gbytes, predicted, measured = _quoted(
+        TRAINED,
+        "(`fused3:4096:16384`, git bfb7f52: {} kernels, {} GB read, predicted {} by the kernels-and-"
+        "bytes fit, measured {})",
+    )
+    row = next(
+        r for r in _load("benchmarks/results/drafter_cost.json")["rows"] if r["model"] == "fused3:4096:16384"
+    )
+    assert int(kernels) == row["kernels"] and _agrees(gbytes, row["gbytes"])
+    assert _agrees(predicted, row["predicted_ratio"]) and _agrees(measured, row["measured_ratio"])
+
+
 def test_the_trained_drafters_steps_and_training_rates_are_the_sessions_files():
     """The steps table (ms and break-even: step ÷ the AR step of the same path and B) from
     gpu_fast_drafter_decode_h200_1130.json and gpu_fast_drafter_fused_h200_1130.json; the training table
