@@ -35,7 +35,7 @@ def teacher_forced_logits(
     """The target's next-token logits p [L - start, V] (float32) at the positions that predict tokens
     ``ids[start:]`` of one sequence ``ids`` [L] (``start`` ≥ 1: the answer's first token), and each of
     ``drafters``' logits q there: one target forward serves them all."""
-    from mdsd.drafters.head import FeatureHead
+    from mdsd.drafters.head import FeatureHead, widened
     from mdsd.drafters.small import SmallDrafter
 
     if not 1 <= start < ids.numel():
@@ -51,10 +51,7 @@ def teacher_forced_logits(
             g, _ = drafter(x, features[drafter.feature_layers], positions)
             q = drafter.draft_logits(g[0, start - 1 : -1], 1.0)
         elif isinstance(drafter, SmallDrafter):
-            small = drafter(x, positions)[0, start - 1 : -1].float()
-            q = small.new_full((small.shape[0], drafter.vocab_size()), -1e30).index_copy_(
-                -1, drafter.vocab, small
-            )
+            q = widened(drafter(x, positions)[0, start - 1 : -1], drafter.vocab, drafter.vocab_size(), 1.0)
         else:
             q = drafter(x).logits[0, start - 1 : -1].float()
         if q.shape != p.shape:

@@ -47,9 +47,24 @@ from torch import nn
 from mdsd.drafters.cache import LayerCache
 from mdsd.drafters.layer import DecoderLayer, LayeredConfig, LayerShape
 
-__all__ = ["HeadConfig", "FeatureHead", "FILL", "layer_indices"]
+__all__ = ["HeadConfig", "FeatureHead", "FILL", "widened", "layer_indices"]
 
 FILL = -1e30  # the logit of a token outside the draft vocabulary: exp(FILL - max) is 0 in float32
+
+
+def widened(small: torch.Tensor, vocab: torch.Tensor, vocab_size: int, temperature: float) -> torch.Tensor:
+    """A drafter's logits over the whole vocabulary [..., V] from its logits ``small`` [..., M] on the draft
+    vocabulary ``vocab`` (M ids): ``small`` / T there, in float32 (undivided at T = 0 and 1, where only the
+    argmax or the logits themselves count), :data:`FILL` elsewhere: q is exactly 0 off the draft vocabulary.
+
+    >>> torch.softmax(widened(torch.tensor([0.0, 2.0]), torch.tensor([1, 3]), 4, 2.0), -1).numpy().round(3)
+    array([0.   , 0.269, 0.   , 0.731], dtype=float32)
+    """
+    small = small.float()
+    if temperature not in (0.0, 1.0):
+        small = small / temperature
+    full = small.new_full((*small.shape[:-1], vocab_size), FILL)
+    return full.index_copy_(-1, vocab, small)
 
 
 @dataclass(frozen=True)
@@ -228,11 +243,7 @@ class FeatureHead(nn.Module):
     def draft_logits(self, g: torch.Tensor, temperature: float) -> torch.Tensor:
         """Logits over the whole vocabulary [..., V] at temperature T from features g [..., H]: the draft
         vocabulary's divided by T (as they are at T = 0 and 1), :data:`FILL` elsewhere."""
-        small = (g @ self.out.T).float()
-        if temperature not in (0.0, 1.0):
-            small = small / temperature
-        full = small.new_full((*small.shape[:-1], self.head_config.vocab_size), FILL)
-        return full.index_copy_(-1, self.vocab, small)
+        return widened(g @ self.out.T, self.vocab, self.head_config.vocab_size, temperature)
 
     def matmul_weights(self) -> list[torch.Tensor]:
         """The matrices it multiplies besides its linear layers: its output rows (:mod:`mdsd.costs`)."""

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from mdsd.drafters.cache import LayerCache
-from mdsd.drafters.head import FILL, _check_vocab
+from mdsd.drafters.head import _check_vocab, widened
 from mdsd.drafters.layer import DecoderLayer, LayeredConfig, LayerShape, RMSNorm, rotary
 from mdsd.validation import check_positive_ints
 
@@ -286,12 +286,8 @@ class SmallDrafter(nn.Module):
 
     def draft_logits(self, g: torch.Tensor, temperature: float) -> torch.Tensor:
         """Logits over the whole vocabulary [..., V] at temperature T from the last layer's outputs g
-        [..., h]: the draft vocabulary's divided by T (as they are at T = 0 and 1), :data:`FILL` elsewhere."""
-        small = (self.norm(g) @ self.out.T).float()
-        if temperature not in (0.0, 1.0):
-            small = small / temperature
-        full = small.new_full((*small.shape[:-1], self.small_config.vocab_size), FILL)
-        return full.index_copy_(-1, self.vocab, small)
+        [..., h] (:func:`~mdsd.drafters.head.widened`)."""
+        return widened(self.norm(g) @ self.out.T, self.vocab, self.small_config.vocab_size, temperature)
 
     def matmul_weights(self) -> list[torch.Tensor]:
         """The matrices it multiplies besides its linear layers: its output rows U (:mod:`mdsd.costs`)."""
