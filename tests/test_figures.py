@@ -1067,7 +1067,7 @@ def test_the_whole_set_figures_are_the_file():
     on MT-Bench's 80 prompts and HumanEval's 164, and the paired ratios over all 244 prompts and by set, at
     T = 0.6 and 0: results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json."""
     text = (ROOT / "results/whole_sets/README.md").read_text()
-    text = text[text.index("## `qwen2.5-coder-bf16/`") : text.index("## `qwen2.5-coder-bf16-head/`")]
+    text = text[text.index("## `qwen2.5-coder-bf16/`") : text.index("## `qwen2.5-coder-bf16-unroll-head/`")]
     runs = _whole_set_runs(WHOLE_SETS, 0.6)
     everyone = sorted(set.intersection(*(set(r) for r in runs.values())))
     assert everyone == list(range(244))
@@ -1135,6 +1135,122 @@ def test_the_whole_set_figures_are_the_file():
     ended = [[p for p in r.values() if p["stopped_by_eos"]] for r in runs.values()]
     assert _ratio_range([len(e) for e in ended], low, high)
     assert _ratio_range([sum(p["tokens"] <= 8 for p in e) for e in ended], early_low, early_high)
+
+
+UNROLL_HEAD = "results/whole_sets/qwen2.5-coder-bf16-unroll-head"
+
+
+def test_the_unrolled_heads_whole_set_figures_are_its_files():
+    """results/whole_sets/README.md's figures of the unrolled head's run at T = 0.6: tokens per target forward
+    by set, the paired ratios against the 0.5B draft's run (same prompts and seeds) and within the run, and
+    the predicted speedups on the H200's captured forwards (its speedups/ and the 0.5B draft's), and at the
+    card's measured steps (gpu_fast_drafter_decode/_fused_h200_1130.json)."""
+    text = (ROOT / "results/whole_sets/README.md").read_text()
+    text = text[
+        text.index("## `qwen2.5-coder-bf16-unroll-head/`") : text.index("## `qwen2.5-coder-bf16-fused")
+    ]
+    head = _whole_set_runs(f"{UNROLL_HEAD}/batch_efficiency.json", 0.6)
+    base = _whole_set_runs(WHOLE_SETS, 0.6)
+    both = {f"head {m}": r for m, r in head.items()} | {f"0.5b {m}": r for m, r in base.items()}
+    assert all(sorted(r) == list(range(244)) for r in head.values())
+    names = {
+        "chain:4": "chain:4/single",
+        "RRS": "binary:3/rrs",
+        "RRSw": "binary:3/rrsw",
+        "SpecHub": "binary:3/spechub",
+        "optimal": "binary:3/optimal",
+        "dynamic": "dynamic:8,2,3,24/rrsw",
+        "lookup": "chain:4/single+lookup",
+    }
+    mt = _quoted(
+        text,
+        "MT-Bench, all 80: chain:4 **{}**, binary:3 RRS {}, RRSw {}, SpecHub **{}**, optimal {}, the dynamic "
+        "tree (RRSw) {}, chain:4 + lookup {}; prompt lookup alone {} (the 0.5B draft's run: head chain:4 ÷ "
+        "lookup {} [{}, {}]). Head ÷ 0.5B draft, same method: chain:4 {} [{}, {}], SpecHub {} [{}, {}].",
+    )
+    for printed, method in zip(mt[:7], names.values(), strict=True):
+        assert _agrees(printed, _rate(head, method, MT_BENCH)), (method, printed)
+    assert _agrees(mt[7], _rate(base, "none/topk+lookup", MT_BENCH))
+    he = _quoted(
+        text,
+        "HumanEval, all 164: chain:4 {}, RRS {}, RRSw {}, SpecHub {}, optimal {}, the dynamic tree {}; "
+        "**chain:4 + lookup {} against prompt lookup alone {}: {} [{}, {}]**",
+    )
+    for printed, method in zip(he[:7], names.values(), strict=True):
+        assert _agrees(printed, _rate(head, method, HUMANEVAL)), (method, printed)
+    assert _agrees(he[7], _rate(base, "none/topk+lookup", HUMANEVAL))
+    everyone = range(244)
+    pairs = (
+        (mt[8:11], "head chain:4/single", "0.5b none/topk+lookup", MT_BENCH),
+        (mt[11:14], "head chain:4/single", "0.5b chain:4/single", MT_BENCH),
+        (mt[14:17], "head binary:3/spechub", "0.5b binary:3/spechub", MT_BENCH),
+        (he[8:11], "head chain:4/single+lookup", "0.5b none/topk+lookup", HUMANEVAL),
+    )
+    within = (
+        ("RRS ÷ RRSw {} [{}, {}]", "rrs", "rrsw"),
+        ("RRS ÷ SpecHub {} [{}, {}]", "rrs", "spechub"),
+        ("RRSw ÷ SpecHub {} [{}, {}]", "rrsw", "spechub"),
+        ("SpecHub ÷ optimal {} [{}, {}]", "spechub", "optimal"),
+        ("(RRS ÷ optimal {} [{}, {}];", "rrs", "optimal"),
+    )
+    for pattern, a, b in within:
+        quoted = _quoted(text, pattern)
+        pairs += ((quoted, f"head binary:3/{a}", f"head binary:3/{b}", everyone),)
+    quoted = _quoted(text, "(dynamic ÷ RRSw {} [{}, {}];")
+    pairs += ((quoted, "head dynamic:8,2,3,24/rrsw", "head binary:3/rrsw", everyone),)
+    for (ratio, low, high), a, b, prompts in pairs:
+        value, (lo, hi) = _paired(both, a, b, prompts)
+        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
+
+    def predicted(path: str, label: str) -> dict:
+        rows = _load(f"{path}/speedups/speedups_{label}.json")["rows"]
+        return {(r["dataset"], r["method"]): r for r in rows if r["temperature"] == 0.6 and r["batch"] == 1}
+
+    mine = predicted(UNROLL_HEAD, "h200-fused-head")
+    theirs = predicted("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards")
+    printed = _quoted(
+        text,
+        "MT-Bench chain:4 **{}×**, RRS {}×, SpecHub **{}×**; HumanEval chain:4 {}×, RRS {}×, SpecHub {}×, "
+        "chain:4 + lookup {}× autoregressive decoding, where the 0.5B draft's tokens per forward on the same "
+        "captured target forwards (`qwen2.5-coder-bf16/speedups`) give MT-Bench chain:4 {}×, SpecHub {}× and "
+        "HumanEval {}×, {}×.",
+    )
+    cells = [(mine, s, m) for s in ("mt-bench",) for m in ("chain:4", "RRS", "SpecHub")]
+    cells += [(mine, "humaneval", m) for m in ("chain:4", "RRS", "SpecHub", "lookup")]
+    cells += [(theirs, s, m) for s in ("mt-bench", "humaneval") for m in ("chain:4", "SpecHub")]
+    for value, (rows, name, method) in zip(printed, cells, strict=True):
+        assert _agrees(value, rows[(name, names[method])]["speedup"]), (name, method, value)
+    decode = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"][:6]
+    }
+    fused = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
+    }
+    chain = decode[("head-fused", "chain:4")] / decode[("none", "none")]
+    binary = decode[("head-fused", "binary:3")] / decode[("none", "none")]
+    chain_fused = fused[("head-fused", "chain:4")] / fused[("none", "none")]
+    printed = _quoted(
+        text,
+        "break even with autoregressive decoding at {} tokens a step captured for chain:4 and {} for "
+        "binary:3, and at {} for chain:4 fused by inductor; at those, MT-Bench chain:4 runs at {}× captured "
+        "and {}× fused, HumanEval chain:4 at {}× and {}×, SpecHub binary:3 at {}× and {}× captured.",
+    )
+    c4, spechub = "chain:4/single", "binary:3/spechub"
+    wanted = (
+        chain,
+        binary,
+        chain_fused,
+        _rate(head, c4, MT_BENCH) / chain,
+        _rate(head, c4, MT_BENCH) / chain_fused,
+        _rate(head, c4, HUMANEVAL) / chain,
+        _rate(head, c4, HUMANEVAL) / chain_fused,
+        _rate(head, spechub, MT_BENCH) / binary,
+        _rate(head, spechub, HUMANEVAL) / binary,
+    )
+    for value, want in zip(printed, wanted, strict=True):
+        assert _agrees(value, want), (value, want)
 
 
 def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
