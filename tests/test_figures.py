@@ -1253,6 +1253,45 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
         assert _agrees(value, want), (value, want)
 
 
+def test_the_readme_unrolled_head_bullet_is_the_files():
+    """README's bullet on the trained head over the whole sets: tokens per target forward from the unrolled
+    head's run, the head's captured cost from gpu_fast_drafters_h200_1130.json, and the predicted speedups
+    from its speedups/ at B = 1."""
+    head = _whole_set_runs(f"{UNROLL_HEAD}/batch_efficiency.json", 0.6)
+    base = _whole_set_runs(WHOLE_SETS, 0.6)
+    cost, mt_c4, mt_sh, he_c4, he_sh, he_lookup, lookup, *speedups = _quoted(
+        README,
+        "its forward {} of the target's on the H200), on the same whole sets at T = 0.6: MT-Bench chain:4 "
+        "{} and binary:3 SpecHub {} tokens per target forward, HumanEval {} and {}, about half the 0.5B "
+        "draft's, and with prompt lookup on HumanEval {} against lookup alone's {}. Yet on the H200's "
+        "captured forwards at B = 1 they predict MT-Bench {}× and {}× autoregressive decoding, HumanEval "
+        "{}× and {}×,",
+    )
+    fused = next(
+        r
+        for r in _load("benchmarks/results/gpu_fast_drafters_h200_1130.json")["fused_heads"]
+        if r["model"] == "head-fused" and r["B"] == 1 and r["tokens"] == 1
+    )
+    assert _agrees(cost, fused["ratio_captured"])
+    c4, sh = "chain:4/single", "binary:3/spechub"
+    for printed, method, prompts in (
+        (mt_c4, c4, MT_BENCH),
+        (mt_sh, sh, MT_BENCH),
+        (he_c4, c4, HUMANEVAL),
+        (he_sh, sh, HUMANEVAL),
+        (he_lookup, "chain:4/single+lookup", HUMANEVAL),
+    ):
+        assert _agrees(printed, _rate(head, method, prompts)), (method, printed)
+        if method != "chain:4/single+lookup":
+            assert 0.4 < _rate(head, method, prompts) / _rate(base, method, prompts) < 0.6  # about half
+    assert _agrees(lookup, _rate(base, "none/topk+lookup", HUMANEVAL))
+    rows = _load(f"{UNROLL_HEAD}/speedups/speedups_h200-fused-head.json")["rows"]
+    rows = {(r["dataset"], r["method"]): r["speedup"] for r in rows if r["batch"] == 1}
+    cells = [(d, m) for d in ("mt-bench", "humaneval") for m in (c4, sh)]
+    for printed, cell in zip(speedups, cells, strict=True):
+        assert _agrees(printed, rows[cell]), (cell, printed)
+
+
 def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
     """README's and BENCHMARKS.md Summary's whole-set conclusions, T = 0.6: HF assisted generation against
     the dynamic tree over all 244 prompts (paired) and by set, and the binary:3 verifiers, from
