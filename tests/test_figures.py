@@ -1292,6 +1292,34 @@ def test_the_readme_unrolled_head_bullet_is_the_files():
         assert _agrees(printed, rows[cell]), (cell, printed)
 
 
+def test_benchmarks_unrolled_head_bullet_is_the_files():
+    """BENCHMARKS.md's Drafters bullet on the unrolled head over the whole sets: its run, paired with the
+    0.5B draft's lookup, and its predicted speedups at B = 1."""
+    head = _whole_set_runs(f"{UNROLL_HEAD}/batch_efficiency.json", 0.6)
+    base = _whole_set_runs(WHOLE_SETS, 0.6)
+    both = {f"head {m}": r for m, r in head.items()} | {f"0.5b {m}": r for m, r in base.items()}
+    printed = _quoted(
+        BENCHMARKS,
+        "chain:4 + lookup {} tokens per target forward on HumanEval against lookup alone's {}, paired {} "
+        "[{}, {}]. Alone it gives MT-Bench chain:4 {} and binary:3 SpecHub {}, HumanEval {} and {}: about "
+        "half the 0.5B draft's. Predicted on the H200's captured forwards at B = 1 (forwards only) MT-Bench "
+        "{}× and {}×, HumanEval {}× and {}×",
+    )
+    c4, sh, lookup = "chain:4/single", "binary:3/spechub", "chain:4/single+lookup"
+    assert _agrees(printed[0], _rate(head, lookup, HUMANEVAL))
+    assert _agrees(printed[1], _rate(base, "none/topk+lookup", HUMANEVAL))
+    value, (lo, hi) = _paired(both, f"head {lookup}", "0.5b none/topk+lookup", HUMANEVAL)
+    assert all(_agrees(p, v) for p, v in zip(printed[2:5], (value, lo, hi), strict=True)) and lo > 1
+    cells = [(m, prompts) for prompts in (MT_BENCH, HUMANEVAL) for m in (c4, sh)]
+    for p, (method, prompts) in zip(printed[5:9], cells, strict=True):
+        assert _agrees(p, _rate(head, method, prompts)), (method, p)
+    rows = _load(f"{UNROLL_HEAD}/speedups/speedups_h200-fused-head.json")["rows"]
+    rows = {(r["dataset"], r["method"]): r["speedup"] for r in rows if r["batch"] == 1}
+    cells = [(d, m) for d in ("mt-bench", "humaneval") for m in (c4, sh)]
+    for p, cell in zip(printed[9:], cells, strict=True):
+        assert _agrees(p, rows[cell]), (cell, p)
+
+
 def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
     """README's and BENCHMARKS.md Summary's whole-set conclusions, T = 0.6: HF assisted generation against
     the dynamic tree over all 244 prompts (paired) and by set, and the binary:3 verifiers, from
