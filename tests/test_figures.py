@@ -1253,6 +1253,105 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
         assert _agrees(value, want), (value, want)
 
 
+def test_the_unrolled_heads_greedy_whole_set_figures_are_its_files():
+    """results/whole_sets/README.md's figures of the unrolled head's run at T = 0: tokens per target forward
+    by set, the paired ratios against the 0.5B draft's run and the head's own T = 0.6 run (same prompts and
+    seeds), the predicted speedups on the H200's captured forwards and at the card's measured steps."""
+    text = (ROOT / "results/whole_sets/README.md").read_text()
+    text = text[text.index("The same head at T = 0 (") : text.index("## `qwen2.5-coder-bf16-fused")]
+    greedy = f"{UNROLL_HEAD}-t0"
+    head = _whole_set_runs(f"{greedy}/batch_efficiency.json", 0.0)
+    base = _whole_set_runs(WHOLE_SETS, 0.0)
+    sampled = _whole_set_runs(f"{UNROLL_HEAD}/batch_efficiency.json", 0.6)
+    runs = {f"head {m}": r for m, r in head.items()} | {f"0.5b {m}": r for m, r in base.items()}
+    runs |= {f"T=0.6 {m}": r for m, r in sampled.items()}
+    assert all(sorted(r) == list(range(244)) for r in head.values())
+    c4, b3, dyn, lookup = "chain:4/single", "binary:3/rrsw", "dynamic:8,2,3,24/rrsw", "chain:4/single+lookup"
+    mt = _quoted(
+        text,
+        "MT-Bench, all 80: chain:4 **{}**, binary:3 **{}**, the dynamic tree {}, chain:4 + lookup {}; "
+        "prompt lookup alone {} (head chain:4 ÷ lookup {} [{}, {}]). Head ÷ 0.5B draft, same method: "
+        "chain:4 {} [{}, {}], binary:3 {} [{}, {}].",
+    )
+    he = _quoted(
+        text,
+        "HumanEval, all 164: chain:4 {}, binary:3 {}, the dynamic tree {}; **chain:4 + lookup {} against "
+        "prompt lookup alone {}: {} [{}, {}]**",
+    )
+    for printed, prompts in ((mt, MT_BENCH), (he, HUMANEVAL)):
+        for value, method in zip(printed[:4], (c4, b3, dyn, lookup), strict=True):
+            assert _agrees(value, _rate(head, method, prompts)), (method, value)
+    assert _agrees(mt[4], _rate(base, "none/topk+lookup", MT_BENCH))
+    assert _agrees(he[4], _rate(base, "none/topk+lookup", HUMANEVAL))
+    everyone = range(244)
+    pairs = (
+        (mt[5:8], f"head {c4}", "0.5b none/topk+lookup", MT_BENCH),
+        (mt[8:11], f"head {c4}", f"0.5b {c4}", MT_BENCH),
+        (mt[11:14], f"head {b3}", f"0.5b {b3}", MT_BENCH),
+        (he[5:8], f"head {lookup}", "0.5b none/topk+lookup", HUMANEVAL),
+    )
+    vs_sampled = _quoted(text, "244 prompts, chain:4 {} [{}, {}], binary:3 RRSw {} [{}, {}].")
+    pairs += (
+        (vs_sampled[:3], f"head {c4}", f"T=0.6 {c4}", everyone),
+        (vs_sampled[3:], f"head {b3}", f"T=0.6 {b3}", everyone),
+        (_quoted(text, "binary:3 again ({} [{}, {}]);"), f"head {dyn}", f"head {b3}", everyone),
+        (_quoted(text, "chain:4 ÷ binary:3 {} [{}, {}]."), f"head {c4}", f"head {b3}", everyone),
+    )
+    for (ratio, low, high), a, b, prompts in pairs:
+        value, (lo, hi) = _paired(runs, a, b, prompts)
+        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
+
+    def predicted(path: str, label: str) -> dict:
+        rows = _load(f"{path}/speedups/speedups_{label}.json")["rows"]
+        return {
+            (r["dataset"], r["method"]): r["speedup"]
+            for r in rows
+            if r["temperature"] == 0 and r["batch"] == 1
+        }
+
+    mine = predicted(greedy, "h200-fused-head")
+    theirs = predicted("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards")
+    printed = _quoted(
+        text,
+        "MT-Bench chain:4 **{}×**, binary:3 **{}×**, the dynamic tree {}×; HumanEval chain:4 {}×, "
+        "binary:3 {}×, chain:4 + lookup {}×, where the 0.5B draft's run gives MT-Bench chain:4 {}×, "
+        "binary:3 {}× and HumanEval {}×, {}×, and prompt lookup alone on HumanEval {}×",
+    )
+    cells = [(mine, "mt-bench", m) for m in (c4, b3, dyn)] + [
+        (mine, "humaneval", m) for m in (c4, b3, lookup)
+    ]
+    cells += [(theirs, s, m) for s in ("mt-bench", "humaneval") for m in (c4, b3)]
+    cells += [(theirs, "humaneval", "none/topk+lookup")]
+    for value, (rows, name, method) in zip(printed, cells, strict=True):
+        assert _agrees(value, rows[(name, method)]), (name, method, value)
+    decode = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"][:6]
+    }
+    fused = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
+    }
+    chain = decode[("head-fused", "chain:4")] / decode[("none", "none")]
+    binary = decode[("head-fused", "binary:3")] / decode[("none", "none")]
+    chain_fused = fused[("head-fused", "chain:4")] / fused[("none", "none")]
+    printed = _quoted(
+        text,
+        "MT-Bench chain:4 runs at {}× captured and {}× fused, HumanEval chain:4 at {}× and {}×, "
+        "binary:3 at {}× and {}× captured.",
+    )
+    wanted = (
+        _rate(head, c4, MT_BENCH) / chain,
+        _rate(head, c4, MT_BENCH) / chain_fused,
+        _rate(head, c4, HUMANEVAL) / chain,
+        _rate(head, c4, HUMANEVAL) / chain_fused,
+        _rate(head, b3, MT_BENCH) / binary,
+        _rate(head, b3, HUMANEVAL) / binary,
+    )
+    for value, want in zip(printed, wanted, strict=True):
+        assert _agrees(value, want), (value, want)
+
+
 def test_the_readme_unrolled_head_bullet_is_the_files():
     """README's bullet on the trained head over the whole sets: tokens per target forward from the unrolled
     head's run, the head's captured cost from gpu_fast_drafters_h200_1130.json, and the predicted speedups
