@@ -1140,6 +1140,50 @@ def test_the_whole_set_figures_are_the_file():
 UNROLL_HEAD = "results/whole_sets/qwen2.5-coder-bf16-unroll-head"
 
 
+def _fused_head_break_even() -> tuple[float, float, float]:
+    """Tokens a step at which a decoding step with the fused head's shape breaks even with autoregressive
+    decoding on the H200: chain:4 and binary:3 captured, chain:4 fused by inductor (the card's measured
+    steps over its AR step)."""
+    decode = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"][:6]
+    }
+    fused = {
+        (r["drafter"], r["tree"]): r["step_ms"]
+        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
+    }
+    return (
+        decode[("head-fused", "chain:4")] / decode[("none", "none")],
+        decode[("head-fused", "binary:3")] / decode[("none", "none")],
+        fused[("head-fused", "chain:4")] / fused[("none", "none")],
+    )
+
+
+def _at_measured_steps(head: dict, tree: str) -> tuple[float, ...]:
+    """A head run's speedups at the card's measured steps: chain:4 on MT-Bench captured and fused, the same
+    on HumanEval, then binary:3 ``tree`` on MT-Bench and HumanEval captured."""
+    chain, binary, chain_fused = _fused_head_break_even()
+    c4 = "chain:4/single"
+    return (
+        _rate(head, c4, MT_BENCH) / chain,
+        _rate(head, c4, MT_BENCH) / chain_fused,
+        _rate(head, c4, HUMANEVAL) / chain,
+        _rate(head, c4, HUMANEVAL) / chain_fused,
+        _rate(head, tree, MT_BENCH) / binary,
+        _rate(head, tree, HUMANEVAL) / binary,
+    )
+
+
+def _predicted_b1(path: str, label: str, temperature: float) -> dict[tuple[str, str], float]:
+    """{(set, method): predicted speedup at B = 1} of a whole-set run's speedups/ at ``temperature``."""
+    rows = _load(f"{path}/speedups/speedups_{label}.json")["rows"]
+    return {
+        (r["dataset"], r["method"]): r["speedup"]
+        for r in rows
+        if r["temperature"] == temperature and r["batch"] == 1
+    }
+
+
 def test_the_unrolled_heads_whole_set_figures_are_its_files():
     """results/whole_sets/README.md's figures of the unrolled head's run at T = 0.6: tokens per target forward
     by set, the paired ratios against the 0.5B draft's run (same prompts and seeds) and within the run, and
@@ -1202,12 +1246,8 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
         value, (lo, hi) = _paired(both, a, b, prompts)
         assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
 
-    def predicted(path: str, label: str) -> dict:
-        rows = _load(f"{path}/speedups/speedups_{label}.json")["rows"]
-        return {(r["dataset"], r["method"]): r for r in rows if r["temperature"] == 0.6 and r["batch"] == 1}
-
-    mine = predicted(UNROLL_HEAD, "h200-fused-head")
-    theirs = predicted("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards")
+    mine = _predicted_b1(UNROLL_HEAD, "h200-fused-head", 0.6)
+    theirs = _predicted_b1("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards", 0.6)
     printed = _quoted(
         text,
         "MT-Bench chain:4 **{}×**, RRS {}×, SpecHub **{}×**; HumanEval chain:4 {}×, RRS {}×, SpecHub {}×, "
@@ -1219,36 +1259,15 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
     cells += [(mine, "humaneval", m) for m in ("chain:4", "RRS", "SpecHub", "lookup")]
     cells += [(theirs, s, m) for s in ("mt-bench", "humaneval") for m in ("chain:4", "SpecHub")]
     for value, (rows, name, method) in zip(printed, cells, strict=True):
-        assert _agrees(value, rows[(name, names[method])]["speedup"]), (name, method, value)
-    decode = {
-        (r["drafter"], r["tree"]): r["step_ms"]
-        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"][:6]
-    }
-    fused = {
-        (r["drafter"], r["tree"]): r["step_ms"]
-        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
-    }
-    chain = decode[("head-fused", "chain:4")] / decode[("none", "none")]
-    binary = decode[("head-fused", "binary:3")] / decode[("none", "none")]
-    chain_fused = fused[("head-fused", "chain:4")] / fused[("none", "none")]
+        assert _agrees(value, rows[(name, names[method])]), (name, method, value)
+    chain, binary, chain_fused = _fused_head_break_even()
     printed = _quoted(
         text,
         "break even with autoregressive decoding at {} tokens a step captured for chain:4 and {} for "
         "binary:3, and at {} for chain:4 fused by inductor; at those, MT-Bench chain:4 runs at {}× captured "
         "and {}× fused, HumanEval chain:4 at {}× and {}×, SpecHub binary:3 at {}× and {}× captured.",
     )
-    c4, spechub = "chain:4/single", "binary:3/spechub"
-    wanted = (
-        chain,
-        binary,
-        chain_fused,
-        _rate(head, c4, MT_BENCH) / chain,
-        _rate(head, c4, MT_BENCH) / chain_fused,
-        _rate(head, c4, HUMANEVAL) / chain,
-        _rate(head, c4, HUMANEVAL) / chain_fused,
-        _rate(head, spechub, MT_BENCH) / binary,
-        _rate(head, spechub, HUMANEVAL) / binary,
-    )
+    wanted = (chain, binary, chain_fused, *_at_measured_steps(head, "binary:3/spechub"))
     for value, want in zip(printed, wanted, strict=True):
         assert _agrees(value, want), (value, want)
 
@@ -1301,16 +1320,8 @@ def test_the_unrolled_heads_greedy_whole_set_figures_are_its_files():
         value, (lo, hi) = _paired(runs, a, b, prompts)
         assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
 
-    def predicted(path: str, label: str) -> dict:
-        rows = _load(f"{path}/speedups/speedups_{label}.json")["rows"]
-        return {
-            (r["dataset"], r["method"]): r["speedup"]
-            for r in rows
-            if r["temperature"] == 0 and r["batch"] == 1
-        }
-
-    mine = predicted(greedy, "h200-fused-head")
-    theirs = predicted("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards")
+    mine = _predicted_b1(greedy, "h200-fused-head", 0)
+    theirs = _predicted_b1("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards", 0)
     printed = _quoted(
         text,
         "MT-Bench chain:4 **{}×**, binary:3 **{}×**, the dynamic tree {}×; HumanEval chain:4 {}×, "
@@ -1324,30 +1335,13 @@ def test_the_unrolled_heads_greedy_whole_set_figures_are_its_files():
     cells += [(theirs, "humaneval", "none/topk+lookup")]
     for value, (rows, name, method) in zip(printed, cells, strict=True):
         assert _agrees(value, rows[(name, method)]), (name, method, value)
-    decode = {
-        (r["drafter"], r["tree"]): r["step_ms"]
-        for r in _load("benchmarks/results/gpu_fast_drafter_decode_h200_1130.json")["drafter_decode"][:6]
-    }
-    fused = {
-        (r["drafter"], r["tree"]): r["step_ms"]
-        for r in _load("benchmarks/results/gpu_fast_drafter_fused_h200_1130.json")["drafter_fused"]
-    }
-    chain = decode[("head-fused", "chain:4")] / decode[("none", "none")]
-    binary = decode[("head-fused", "binary:3")] / decode[("none", "none")]
-    chain_fused = fused[("head-fused", "chain:4")] / fused[("none", "none")]
+    chain, binary, chain_fused = _fused_head_break_even()
     printed = _quoted(
         text,
         "MT-Bench chain:4 runs at {}× captured and {}× fused, HumanEval chain:4 at {}× and {}×, "
         "binary:3 at {}× and {}× captured.",
     )
-    wanted = (
-        _rate(head, c4, MT_BENCH) / chain,
-        _rate(head, c4, MT_BENCH) / chain_fused,
-        _rate(head, c4, HUMANEVAL) / chain,
-        _rate(head, c4, HUMANEVAL) / chain_fused,
-        _rate(head, b3, MT_BENCH) / binary,
-        _rate(head, b3, HUMANEVAL) / binary,
-    )
+    wanted = _at_measured_steps(head, b3)
     for value, want in zip(printed, wanted, strict=True):
         assert _agrees(value, want), (value, want)
 
