@@ -37,6 +37,13 @@ def _quoted(text: str, pattern: str) -> tuple[str, ...]:
     return found[0] if isinstance(found[0], tuple) else (found[0],)
 
 
+def _section(text: str, marker: str) -> str:
+    """The one ``## `` section of a markdown ``text`` whose heading holds ``marker``, to the next one."""
+    (start,) = [m.start() for m in re.finditer(r"^## .*$", text, re.M) if marker in m.group()]
+    end = text.find("\n## ", start + 1)
+    return text[start : None if end < 0 else end]
+
+
 def _agrees(printed: str, value: float) -> bool:
     """``value`` rounded to ``printed``'s decimals is ``printed`` (``4.6e-6``: in scientific notation;
     ``2,100``, grouped by thousands: rounded at its last non-zero digit, so 2,096.6 matches and 2,046 does
@@ -233,6 +240,7 @@ def test_the_h200_forwards_table_is_the_sessions_file(model, batch):
     assert _agrees(eager, mine[1]["eager_ms"])
 
 
+@pytest.mark.parametrize("folder", ["matrix", "matrix-rebuilt"])
 @pytest.mark.parametrize(
     "title, key",
     [
@@ -240,11 +248,12 @@ def test_the_h200_forwards_table_is_the_sessions_file(model, batch):
         ("Predicted speedup of greedy chain:1", "greedy_chain1_speedup"),
     ],
 )
-def test_the_language_matrix_tables_are_the_file(title, key):
-    """results/specialised_drafters/README.md's matrix tables: every cell is its row's figure in
-    matrix/specialised_drafters.json at the printed precision, bold exactly on the drafter's own language."""
-    text = (ROOT / "results/specialised_drafters/README.md").read_text()
-    rows = _load("results/specialised_drafters/matrix/specialised_drafters.json")["rows"]
+def test_the_language_matrix_tables_are_the_file(folder, title, key):
+    """results/specialised_drafters/README.md's matrix tables, in each matrix's section: every cell is its
+    row's figure in <folder>/specialised_drafters.json at the printed precision, bold exactly on the
+    drafter's own language."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), f"(`{folder}/`)")
+    rows = _load(f"results/specialised_drafters/{folder}/specialised_drafters.json")["rows"]
     cell = {(r["drafter"], r["set"]): r for r in rows}
     table = text.split(title)[1].split("\n\n")[1].splitlines()
     sets = [s.strip() for s in table[0].strip("|").split("|")[1:]]
@@ -257,6 +266,44 @@ def test_the_language_matrix_tables_are_the_file(title, key):
             r = cell[(row_name, s)]
             assert printed.startswith("**") == (r.get("home") == s), (row_name, s)
             assert _agrees(printed.strip("*"), r[key]), (row_name, s, printed, r[key])
+
+
+def test_the_rebuilt_matrix_pairs_are_the_file():
+    """results/specialised_drafters/README.md's paired greedy chain:1 ratios of the rebuilt matrix: each A ÷ B
+    [low, high] is the pair's ratio and interval in matrix-rebuilt/specialised_drafters.json, for the set it
+    names, and the agreements the bullets compare are the rows'."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), "(`matrix-rebuilt/`)")
+    data = _load("results/specialised_drafters/matrix-rebuilt/specialised_drafters.json")
+    pairs = {(r["set"], r["a"], r["b"]): r for r in data["pairs"]}
+    agree = {(r["drafter"], r["set"]): r["agree"] for r in data["rows"]}
+    langs = {"German": "deu", "French": "fra", "Russian": "rus"}
+    quoted = _quoted(
+        text,
+        "F ÷ P→F {} [{}, {}] (German), {} [{}, {}] (French), {} [{}, {}] (Russian); P→F ÷ P {} [{}, {}] "
+        "(German), {} [{}, {}] (French), P ÷ P→F {} [{}, {}] (Russian)",
+    )
+    quoted += _quoted(text, "(F ÷ P {} [{}, {}], {} [{}, {}]; P ÷ F {} [{}, {}] on Russian)")
+    quoted += _quoted(
+        text,
+        "head ÷ P→F in greedy chain:1 tokens per forward: {} [{}, {}] (German), {} [{}, {}] (French), "
+        "{} [{}, {}] (Russian)",
+    )
+    wanted = [(lang, f"{lang}-f-s12", f"{lang}-pf-s12") for lang in langs.values()]
+    wanted += [(lang, f"{lang}-pf-s12", "pretrained") for lang in ("deu", "fra")]
+    wanted += [("rus", "pretrained", "rus-pf-s12")]
+    wanted += [(lang, f"{lang}-f-s12", "pretrained") for lang in ("deu", "fra")]
+    wanted += [("rus", "pretrained", "rus-f-s12")]
+    wanted += [(lang, "corpus-fused-kl-unroll3", f"{lang}-pf-s12") for lang in langs.values()]
+    assert len(quoted) == 3 * len(wanted)
+    for i, (lang, a, b) in enumerate(wanted):
+        pair = pairs[(f"translate-{lang}", a, b)]
+        figures = (pair["greedy_chain1_ratio"], *pair["ci95"])
+        for printed, value in zip(quoted[3 * i : 3 * i + 3], figures, strict=True):
+            assert _agrees(printed, value), (lang, a, b, printed, value)
+    for language, lang in langs.items():
+        pf, f, p = _quoted(text, f"{language} {{}} / {{}} / {{}}")
+        for printed, drafter in ((pf, f"{lang}-pf-s12"), (f, f"{lang}-f-s12"), (p, "pretrained")):
+            assert _agrees(printed, agree[(drafter, f"translate-{lang}")]), (language, drafter)
 
 
 def test_the_sampled_drafters_table_is_the_file():
