@@ -306,14 +306,17 @@ def test_the_rebuilt_matrix_pairs_are_the_file():
             assert _agrees(printed, agree[(drafter, f"translate-{lang}")]), (language, drafter)
 
 
-def test_the_sampled_drafters_table_is_the_file():
-    """results/specialised_drafters/README.md's sampled chain:1 table: every cell is its row's tokens per
-    target forward and interval in sampled/sampled_drafters.json, bold exactly on the drafter's own language,
-    a dash where the file has no row."""
-    text = (ROOT / "results/specialised_drafters/README.md").read_text()
-    rows = _load("results/specialised_drafters/sampled/sampled_drafters.json")["rows"]
-    cell = {(r["drafter"], r["set"]): r for r in rows if r["method"] == "chain:1/single"}
-    table = text.split("Tokens per target forward, chain:1, T = 1")[1].split("\n\n")[1].splitlines()
+@pytest.mark.parametrize(
+    "folder, method", [("sampled", "chain:1"), ("sampled-rebuilt", "chain:1"), ("sampled-rebuilt", "chain:4")]
+)
+def test_the_sampled_drafters_table_is_the_file(folder, method):
+    """results/specialised_drafters/README.md's sampled tables, in each grid's section: every cell is its
+    row's tokens per target forward and interval in <folder>/sampled_drafters.json, bold exactly on the
+    drafter's own language, a dash where the file has no row."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), f"(`{folder}/`")
+    rows = _load(f"results/specialised_drafters/{folder}/sampled_drafters.json")["rows"]
+    cell = {(r["drafter"], r["set"]): r for r in rows if r["method"] == f"{method}/single"}
+    table = text.split(f"Tokens per target forward, {method}, T = 1")[1].split("\n\n")[1].splitlines()
     sets = [s.strip() for s in table[0].strip("|").split("|")[1:]]
     assert len(table) == 2 + len({d for d, _ in cell})
     for line in table[2:]:
@@ -327,6 +330,69 @@ def test_the_sampled_drafters_table_is_the_file():
             figures = (r["tokens_per_forward"], *r["ci95"])
             for number, value in zip(re.findall(NUMBER, printed), figures, strict=True):
                 assert _agrees(number, value), (name, s, printed)
+
+
+def test_the_rebuilt_grid_pairs_and_speedups_are_the_file():
+    """results/specialised_drafters/README.md's paired ratios and predicted speedups of the rebuilt sampled
+    grid: sampled-rebuilt/sampled_drafters.json's pairs (seeds pooled) and rows, and the range of its
+    speedups/ files (gpu_speedups.py, one row per run) for the P→F drafters."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), "(`sampled-rebuilt/`)")
+    data = _load("results/specialised_drafters/sampled-rebuilt/sampled_drafters.json")
+    pairs = {(r["set"][-3:], r["method"].split("/")[0], r["a"], r["b"]): r for r in data["pairs"]}
+    rows = {(r["set"][-3:], r["method"].split("/")[0], r["drafter"]): r for r in data["rows"]}
+    langs = ("deu", "fra", "rus")
+
+    def check(printed, keys, with_interval=True):
+        width = 3 if with_interval else 1
+        assert len(printed) == width * len(keys)
+        for i, key in enumerate(keys):
+            pair = pairs[key]
+            figures = (pair["ratio"], *pair["ci95"])[:width]
+            for number, value in zip(printed[width * i : width * (i + 1)], figures, strict=True):
+                assert _agrees(number, value), (key, number, value)
+
+    pf, f = "{}-pf-s12", "{}-f-s12"
+    check(
+        _quoted(text, "P→F ÷ F {} [{}, {}] (German), {} [{}, {}] (French), {} [{}, {}] (Russian) in chain:1"),
+        [(x, "chain:1", pf.format(x), f.format(x)) for x in langs],
+    )
+    check(
+        _quoted(text, "1.124 [1.098, 1.154] (Russian) in chain:1, {}, {}, {} in chain:4"),
+        [(x, "chain:4", pf.format(x), f.format(x)) for x in langs],
+        with_interval=False,
+    )
+    check(
+        _quoted(text, "P→F ÷ P {}, {}, {} (chain:1)"),
+        [(x, "chain:1", pf.format(x), "pretrained") for x in langs],
+        with_interval=False,
+    )
+    check(
+        _quoted(text, "F ÷ P {} [{}, {}], {} [{}, {}], {} [{}, {}]:"),
+        [(x, "chain:1", f.format(x), "pretrained") for x in langs],
+    )
+    check(
+        _quoted(text, "(paired, chain:1): {} [{}, {}], {} [{}, {}], {} [{}, {}]:"),
+        [(x, "chain:1", "corpus-fused-kl-unroll3", pf.format(x)) for x in langs],
+    )
+    printed = _quoted(
+        text, "chain:1 P→F {}×, {}×, {}× on its language against the 0.5B draft's {}×, {}×, {}×"
+    )
+    wanted = [rows[(x, "chain:1", pf.format(x))] for x in langs] + [
+        rows[(x, "chain:1", "draft-0.5b")] for x in langs
+    ]
+    for number, row in zip(printed, wanted, strict=True):
+        assert _agrees(number, row["speedup"]), (row["drafter"], number)
+    low1, high1, low4, high4 = _quoted(text, "P→F chain:1 {}-{}×, chain:4 {}-{}× over the seeds")
+    for method, low, high in (("chain:1/single", low1, high1), ("chain:4/single", low4, high4)):
+        speedups = [
+            r["speedup"]
+            for x in langs
+            for r in _load(
+                f"results/specialised_drafters/sampled-rebuilt/speedups/speedups_h200-{x}-pf-s12.json"
+            )["rows"]
+            if r["method"] == method and r["batch"] == 1
+        ]
+        assert len(speedups) == 9 and _agrees(low, min(speedups)) and _agrees(high, max(speedups)), method
 
 
 def test_the_readme_min_cut_dual_timings_are_the_otm_file():
