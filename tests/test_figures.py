@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,6 +305,34 @@ def test_the_rebuilt_matrix_pairs_are_the_file():
         pf, f, p = _quoted(text, f"{language} {{}} / {{}} / {{}}")
         for printed, drafter in ((pf, f"{lang}-pf-s12"), (f, f"{lang}-f-s12"), (p, "pretrained")):
             assert _agrees(printed, agree[(drafter, f"translate-{lang}")]), (language, drafter)
+
+
+def test_the_f_against_p_extrapolation_is_the_learning_curve():
+    """results/specialised_drafters/README.md's extrapolation of F against P: least-squares slopes of greedy
+    chain:1 tokens per forward against log2(finetuning tokens) over translation/'s three German sizes, and
+    the doublings and tokens F needs to reach 1.05 × P's rate."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), "(`matrix-rebuilt/`)")
+    rows = _load("results/specialised_drafters/translation/specialised_drafters.json")["rows"]
+    rate = {r["drafter"]: r["greedy_chain1"] for r in rows if r["set"] == "translate-deu"}
+    tokens = {"s2": 1_238, "s4": 2_514, "s12": 6_618}  # each drafter's training record (README, above)
+    for name in tokens:
+        assert (
+            _load(f"results/specialised_drafters/training/deu-f-{name}.json")["data"]["train_tokens"]
+            == tokens[name]
+        )
+    x = np.log2(list(tokens.values()))
+    slope_f, slope_pf = (np.polyfit(x, [rate[f"deu-{k}-{s}"] for s in tokens], 1)[0] for k in ("f", "pf"))
+    f, pf, target, p, doublings, thousands = _quoted(
+        text,
+        "F gains {} tokens per forward a doubling of its data (P→F {}); F ÷ P's interval is about ±0.05, "
+        "so F would clear P by 5% ({} against P's {}) after about {} more doublings, some {} k finetuning "
+        "tokens",
+    )
+    need = 1.05 * rate["pretrained"]
+    more = (need - rate["deu-f-s12"]) / slope_f
+    assert _agrees(f, slope_f) and _agrees(pf, slope_pf) and _agrees(target, need)
+    assert _agrees(p, rate["pretrained"]) and _agrees(doublings, more)
+    assert _agrees(thousands, tokens["s12"] * 2**more / 1e3)
 
 
 @pytest.mark.parametrize(
