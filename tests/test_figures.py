@@ -307,6 +307,23 @@ def test_the_rebuilt_matrix_pairs_are_the_file():
             assert _agrees(printed, agree[(drafter, f"translate-{lang}")]), (language, drafter)
 
 
+def test_f_and_p_agreement_at_the_answers_end_and_elsewhere_is_the_positions_file():
+    """results/specialised_drafters/README.md's split of F's and P's greedy agreement into each answer's last
+    position and the others: matrix-rebuilt/positions.npz, per position, by prompt."""
+    text = _section((ROOT / "results/specialised_drafters/README.md").read_text(), "(`matrix-rebuilt/`)")
+    positions = np.load(ROOT / "results/specialised_drafters/matrix-rebuilt/positions.npz")
+    ends = _quoted(text, "F predicts at {} / {} / {} and P at {} / {} / {}")
+    rests = _quoted(text, "F agrees at {} / {} / {} against P's {} / {} / {}.")
+    f_end, p_end, f_rest, p_rest = ends[:3], ends[3:], rests[:3], rests[3:]
+    for i, lang in enumerate(("deu", "fra", "rus")):
+        for drafter, end, rest in ((f"{lang}-f-s12", f_end, f_rest), ("pretrained", p_end, p_rest)):
+            agree = positions[f"{drafter}__translate-{lang}__agree"].astype(bool)
+            prompt = positions[f"{drafter}__translate-{lang}__prompt"]
+            last = np.r_[prompt[1:] != prompt[:-1], True]
+            assert last.sum() == 32
+            assert _agrees(end[i], agree[last].mean()) and _agrees(rest[i], agree[~last].mean()), (drafter, i)
+
+
 def test_the_f_against_p_extrapolation_is_the_learning_curve():
     """results/specialised_drafters/README.md's extrapolation of F against P: least-squares slopes of greedy
     chain:1 tokens per forward against log2(finetuning tokens) over translation/'s three German sizes, and
