@@ -1212,6 +1212,14 @@ def _paired(runs: dict, a: str, b: str, prompts) -> tuple[float, tuple[float, fl
     return paired_ratio(*counts, seed=0)
 
 
+def _check_paired(printed, runs: dict, a: str, b: str, prompts) -> tuple[float, float]:
+    """Assert that ``printed`` (ratio, low, high) is :func:`_paired`'s A ÷ B and interval; the interval."""
+    ratio, low, high = printed
+    value, (lo, hi) = _paired(runs, a, b, prompts)
+    assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
+    return lo, hi
+
+
 WHOLE_SETS = "results/whole_sets/qwen2.5-coder-bf16/batch_efficiency.json"
 MT_BENCH, HUMANEVAL = range(80), range(80, 244)  # the whole-set run's numbering of its prompts
 
@@ -1285,9 +1293,7 @@ def test_the_whole_set_figures_are_the_file():
         ("{} [{}, {}] on HumanEval)", dynamic, hf, HUMANEVAL, greedy),
     )
     for pattern, a, b, prompts, rows in quotes:
-        ratio, low, high = _quoted(text, pattern)
-        value, (lo, hi) = _paired(rows, a, b, prompts)
-        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (pattern, value, lo, hi)
+        _check_paired(_quoted(text, pattern), rows, a, b, prompts)
     low, high, early_low, early_high = _quoted(
         text, "{}-{} of the 244 per method at T = 0.6, {}-{} of them within 8 tokens"
     )
@@ -1348,10 +1354,7 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
     by set, the paired ratios against the 0.5B draft's run (same prompts and seeds) and within the run, and
     the predicted speedups on the H200's captured forwards (its speedups/ and the 0.5B draft's), and at the
     card's measured steps (gpu_fast_drafter_decode/_fused_h200_1130.json)."""
-    text = (ROOT / "results/whole_sets/README.md").read_text()
-    text = text[
-        text.index("## `qwen2.5-coder-bf16-unroll-head/`") : text.index("## `qwen2.5-coder-bf16-fused")
-    ]
+    text = _section((ROOT / "results/whole_sets/README.md").read_text(), "`qwen2.5-coder-bf16-unroll-head/`")
     head = _whole_set_runs(f"{UNROLL_HEAD}/batch_efficiency.json", 0.6)
     base = _whole_set_runs(WHOLE_SETS, 0.6)
     both = {f"head {m}": r for m, r in head.items()} | {f"0.5b {m}": r for m, r in base.items()}
@@ -1401,9 +1404,8 @@ def test_the_unrolled_heads_whole_set_figures_are_its_files():
         pairs += ((quoted, f"head binary:3/{a}", f"head binary:3/{b}", everyone),)
     quoted = _quoted(text, "(dynamic ÷ RRSw {} [{}, {}];")
     pairs += ((quoted, "head dynamic:8,2,3,24/rrsw", "head binary:3/rrsw", everyone),)
-    for (ratio, low, high), a, b, prompts in pairs:
-        value, (lo, hi) = _paired(both, a, b, prompts)
-        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
+    for printed, a, b, prompts in pairs:
+        _check_paired(printed, both, a, b, prompts)
 
     mine = _predicted_b1(UNROLL_HEAD, "h200-fused-head", 0.6)
     theirs = _predicted_b1("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards", 0.6)
@@ -1475,9 +1477,8 @@ def test_the_unrolled_heads_greedy_whole_set_figures_are_its_files():
         (_quoted(text, "binary:3 again ({} [{}, {}]);"), f"head {dyn}", f"head {b3}", everyone),
         (_quoted(text, "chain:4 ÷ binary:3 {} [{}, {}]."), f"head {c4}", f"head {b3}", everyone),
     )
-    for (ratio, low, high), a, b, prompts in pairs:
-        value, (lo, hi) = _paired(runs, a, b, prompts)
-        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), (a, b, value, lo, hi)
+    for printed, a, b, prompts in pairs:
+        _check_paired(printed, runs, a, b, prompts)
 
     mine = _predicted_b1(greedy, "h200-fused-head", 0)
     theirs = _predicted_b1("results/whole_sets/qwen2.5-coder-bf16", "h200-forwards", 0)
@@ -1537,8 +1538,7 @@ def test_the_readme_unrolled_head_bullet_is_the_files():
         if method != "chain:4/single+lookup":
             assert 0.4 < _rate(head, method, prompts) / _rate(base, method, prompts) < 0.6  # about half
     assert _agrees(lookup, _rate(base, "none/topk+lookup", HUMANEVAL))
-    rows = _load(f"{UNROLL_HEAD}/speedups/speedups_h200-fused-head.json")["rows"]
-    rows = {(r["dataset"], r["method"]): r["speedup"] for r in rows if r["batch"] == 1}
+    rows = _predicted_b1(UNROLL_HEAD, "h200-fused-head", 0.6)
     cells = [(d, m) for d in ("mt-bench", "humaneval") for m in (c4, sh)]
     for printed, cell in zip(speedups, cells, strict=True):
         assert _agrees(printed, rows[cell]), (cell, printed)
@@ -1560,13 +1560,12 @@ def test_benchmarks_unrolled_head_bullet_is_the_files():
     c4, sh, lookup = "chain:4/single", "binary:3/spechub", "chain:4/single+lookup"
     assert _agrees(printed[0], _rate(head, lookup, HUMANEVAL))
     assert _agrees(printed[1], _rate(base, "none/topk+lookup", HUMANEVAL))
-    value, (lo, hi) = _paired(both, f"head {lookup}", "0.5b none/topk+lookup", HUMANEVAL)
-    assert all(_agrees(p, v) for p, v in zip(printed[2:5], (value, lo, hi), strict=True)) and lo > 1
+    lo, _ = _check_paired(printed[2:5], both, f"head {lookup}", "0.5b none/topk+lookup", HUMANEVAL)
+    assert lo > 1
     cells = [(m, prompts) for prompts in (MT_BENCH, HUMANEVAL) for m in (c4, sh)]
     for p, (method, prompts) in zip(printed[5:9], cells, strict=True):
         assert _agrees(p, _rate(head, method, prompts)), (method, p)
-    rows = _load(f"{UNROLL_HEAD}/speedups/speedups_h200-fused-head.json")["rows"]
-    rows = {(r["dataset"], r["method"]): r["speedup"] for r in rows if r["batch"] == 1}
+    rows = _predicted_b1(UNROLL_HEAD, "h200-fused-head", 0.6)
     cells = [(d, m) for d in ("mt-bench", "humaneval") for m in (c4, sh)]
     for p, cell in zip(printed[9:], cells, strict=True):
         assert _agrees(p, rows[cell]), (cell, p)
@@ -1583,8 +1582,8 @@ def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
         "not separated (dynamic ÷ HF {} [{}, {}], paired, T = 0.6): the dynamic tree leads on MT-Bench ({} "
         "against {}), HF assisted on HumanEval ({} against {}).",
     )
-    value, (lo, hi) = _paired(runs, dynamic, hf, everyone)
-    assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi) and lo < 1 < hi
+    lo, hi = _check_paired((ratio, low, high), runs, dynamic, hf, everyone)
+    assert lo < 1 < hi
     assert _agrees(mt_dynamic, _rate(runs, dynamic, MT_BENCH)) and _agrees(mt_hf, _rate(runs, hf, MT_BENCH))
     assert _agrees(he_hf, _rate(runs, hf, HUMANEVAL)) and _agrees(he_dynamic, _rate(runs, dynamic, HUMANEVAL))
     printed = _quoted(
@@ -1595,9 +1594,8 @@ def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
     for value, method in zip(printed[:4], ("spechub", "rrsw", "optimal", "rrs"), strict=True):
         assert _agrees(value, _rate(runs, f"binary:3/{method}", everyone)), method
     assert int(printed[4]) == len(everyone)
-    for (ratio, low, high), a in ((printed[5:8], "rrs"), (printed[8:11], "spechub")):
-        value, (lo, hi) = _paired(runs, f"binary:3/{a}", "binary:3/optimal", everyone)
-        assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi), a
+    for quoted, a in ((printed[5:8], "rrs"), (printed[8:11], "spechub")):
+        _check_paired(quoted, runs, f"binary:3/{a}", "binary:3/optimal", everyone)
 
     count, hf_all, dynamic_all, ratio, low, high, he_hf, he_dynamic, mt_hf, mt_dynamic = _quoted(
         SUMMARY,
@@ -1607,8 +1605,7 @@ def test_the_readme_and_summary_whole_set_conclusions_are_the_file():
     )
     assert int(count) == len(everyone)
     assert _agrees(hf_all, _rate(runs, hf, everyone)) and _agrees(dynamic_all, _rate(runs, dynamic, everyone))
-    value, (lo, hi) = _paired(runs, dynamic, hf, everyone)
-    assert _agrees(ratio, value) and _agrees(low, lo) and _agrees(high, hi)
+    _check_paired((ratio, low, high), runs, dynamic, hf, everyone)
     assert _agrees(he_hf, _rate(runs, hf, HUMANEVAL)) and _agrees(he_dynamic, _rate(runs, dynamic, HUMANEVAL))
     assert _agrees(mt_hf, _rate(runs, hf, MT_BENCH)) and _agrees(mt_dynamic, _rate(runs, dynamic, MT_BENCH))
 
