@@ -33,6 +33,7 @@ DistributedDataParallel (gloo on the CPU, NCCL on CUDA); process 0 evaluates and
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import itertools
 import json
@@ -464,6 +465,10 @@ def train(
         }
         (out / TRAINING).write_text(json.dumps(strict_json(payload), indent=2) + "\n")
     if world > 1:  # every process past its last collective and process 0 done writing, then torn down
+        # DDP sits in a reference cycle and holds the group: freed only by a collection, which could come
+        # while the interpreter is finalised, where gloo's teardown aborted now and then (SIGABRT)
+        del model
+        gc.collect()
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return out

@@ -303,6 +303,43 @@ def test_two_processes_under_torchrun(setup, tmp_path):
     FeatureHead.load(tmp_path, mdsd.hf.load_model(target_dir))
 
 
+_PROBE = """
+import gc, os, sys, weakref
+import torch
+from mdsd.drafters.train import TrainConfig, train
+
+gc.disable()  # what is left for a collection would be left to the interpreter's finalisation
+made = []
+wrap = torch.nn.parallel.DistributedDataParallel.__init__
+def init(self, *args, **kwargs):
+    wrap(self, *args, **kwargs)
+    made.append(weakref.ref(self))
+torch.nn.parallel.DistributedDataParallel.__init__ = init
+features, target, out, small = sys.argv[1], sys.argv[2], sys.argv[3], eval(sys.argv[4])
+train(TrainConfig(**small), features, target, out + os.environ["RANK"], progress=False)
+print("alive", os.environ["RANK"], sum(r() is not None for r in made), len(made))
+"""
+
+
+@pytest.mark.slow
+def test_no_process_group_outlives_training_under_torchrun_regression(setup, tmp_path):
+    """Bug: DDP sits in a reference cycle holding the gloo group, so it was freed by a collection during the
+    interpreter's finalisation, where gloo's teardown aborted now and then (SIGABRT; once in CI). Every DDP
+    wrapper is gone when ``train`` returns, with the collector off."""
+    target_dir, features = setup
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr"]
+    command += ["127.0.0.1", "--master-port", str(_free_port()), str(probe), str(features), str(target_dir)]
+    command += [str(tmp_path / "out"), repr(SMALL)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    alive = sorted(line for line in done.stdout.splitlines() if line.startswith("alive"))
+    assert alive == ["alive 0 0 1", "alive 1 0 1"], done.stdout
+
+
 def test_held_out_acceptance_is_exact_and_one_for_the_target_itself(setup, tmp_path):
     from mdsd.drafters.evaluate import ACCEPTANCES, paired_difference, position_acceptance
 
