@@ -241,7 +241,7 @@ def test_the_h200_forwards_table_is_the_sessions_file(model, batch):
     assert _agrees(eager, mine[1]["eager_ms"])
 
 
-@pytest.mark.parametrize("folder", ["matrix", "matrix-rebuilt"])
+@pytest.mark.parametrize("folder", ["matrix", "matrix-rebuilt", "matrix-s48"])
 @pytest.mark.parametrize(
     "title, key",
     [
@@ -353,7 +353,9 @@ def test_the_f_against_p_extrapolation_is_the_learning_curve():
 
 
 @pytest.mark.parametrize(
-    "folder, method", [("sampled", "chain:1"), ("sampled-rebuilt", "chain:1"), ("sampled-rebuilt", "chain:4")]
+    "folder, method",
+    [("sampled", "chain:1")]
+    + [(f, m) for f in ("sampled-rebuilt", "sampled-s48") for m in ("chain:1", "chain:4")],
 )
 def test_the_sampled_drafters_table_is_the_file(folder, method):
     """results/specialised_drafters/README.md's sampled tables, in each grid's section: every cell is its
@@ -376,6 +378,80 @@ def test_the_sampled_drafters_table_is_the_file(folder, method):
             figures = (r["tokens_per_forward"], *r["ci95"])
             for number, value in zip(re.findall(NUMBER, printed), figures, strict=True):
                 assert _agrees(number, value), (name, s, printed)
+
+
+def test_the_german_drafters_on_four_times_the_data_are_their_files():
+    """results/specialised_drafters/README.md's two s48 sections: the finetunes' data and top-1 (their
+    records), the greedy pairs, gains a doubling and speedups (matrix-s48/, whose P and s12 rows are
+    matrix-rebuilt/'s), the sampled pairs and speedups (sampled-s48/)."""
+    readme = (ROOT / "results/specialised_drafters/README.md").read_text()
+    greedy, sampled = _section(readme, "(`matrix-s48/`)"), _section(readme, "(`sampled-s48/`)")
+    folder = "results/specialised_drafters"
+    records = [_load(f"{folder}/training-rebuilt/deu-{k}-s48.json") for k in ("f", "pf")]
+    s12 = _load(f"{folder}/training-rebuilt/deu-f-s12.json")["data"]["train_tokens"]
+    tokens = records[0]["data"]["train_tokens"]
+    for r in records:
+        assert r["data"]["train_tokens"] == tokens and len(r["source"]["shards"]) == 48
+    printed = list(_quoted(greedy, "{} trained answer tokens, {} times s12's {} ({} doublings)"))
+    wanted = [tokens, tokens / s12, s12, np.log2(tokens / s12)]
+    printed += _quoted(greedy, "last step F {}, P→F {} (on {} validation tokens")
+    wanted += [records[0]["curve"][-1]["top1"], records[1]["curve"][-1]["top1"]]
+    wanted += [records[0]["data"]["validation_tokens"]]
+
+    data = _load(f"{folder}/matrix-s48/specialised_drafters.json")
+    rebuilt = _load(f"{folder}/matrix-rebuilt/specialised_drafters.json")["rows"]
+    before = {r["drafter"]: r for r in rebuilt if r["set"] == "translate-deu"}
+    rows = {r["drafter"]: r for r in data["rows"]}
+    for name in ("pretrained", "deu-f-s12", "deu-pf-s12"):
+        assert rows[name] == before[name], name
+    pairs = {(r["a"], r["b"]): (r["greedy_chain1_ratio"], *r["ci95"]) for r in data["pairs"]}
+    f, pf, p, f12, pf12 = "deu-f-s48", "deu-pf-s48", "pretrained", "deu-f-s12", "deu-pf-s12"
+    printed += _quoted(greedy, "F ÷ P {} [{}, {}], P→F ÷ F {} (F ÷ P→F {} [{}, {}]), P→F ÷ P {} [{}, {}]")
+    wanted += [*pairs[(f, p)], 1 / pairs[(f, pf)][0], *pairs[(f, pf)], *pairs[(pf, p)]]
+    printed += _quoted(greedy, "F ÷ F(s12) {} (s12 ÷ s48 {} [{}, {}]) and P→F ÷ P→F(s12) {} ({} [{}, {}])")
+    wanted += [1 / pairs[(f12, f)][0], *pairs[(f12, f)], 1 / pairs[(pf12, pf)][0], *pairs[(pf12, pf)]]
+    printed += _quoted(greedy, "(F(s48) ÷ P→F(s12) {} [{}, {}])")
+    wanted += pairs[(f, pf12)]
+    printed += _quoted(greedy, "it clears P by {}% (lower end {}%)")
+    wanted += [100 * (pairs[(f, p)][0] - 1), 100 * (pairs[(f, p)][1] - 1)]
+    rate = {name: r["greedy_chain1"] for name, r in rows.items()}
+    printed += _quoted(greedy, "F {} and P→F {} a doubling ({} → {}, {} → {})")
+    wanted += [(rate[f] - rate[f12]) / np.log2(tokens / s12), (rate[pf] - rate[pf12]) / np.log2(tokens / s12)]
+    wanted += [rate[f12], rate[f], rate[pf12], rate[pf]]
+    printed += _quoted(greedy, "P→F {}× and F {}× against the 0.5B draft's {}×")
+    wanted += [rows[name]["greedy_chain1_speedup"] for name in (pf, f, "draft-0.5b")]
+
+    grid = _load(f"{folder}/sampled-s48/sampled_drafters.json")
+    ratios = {(r["method"][:7], r["a"], r["b"]): (r["ratio"], *r["ci95"]) for r in grid["pairs"]}
+    speedup = {(r["method"][:7], r["drafter"]): r["speedup"] for r in grid["rows"]}
+    printed += _quoted(
+        sampled,
+        "chain:1 F ÷ P {} [{}, {}], P→F ÷ F {} [{}, {}], P→F ÷ P {} [{}, {}]; chain:4 F ÷ P {} [{}, {}], "
+        "P→F ÷ F {} [{}, {}]",
+    )
+    for method, a, b in [("chain:1", f, p), ("chain:1", pf, f), ("chain:1", pf, p), ("chain:4", f, p)]:
+        wanted += ratios[(method, a, b)]
+    wanted += ratios[("chain:4", pf, f)]
+    printed += _quoted(sampled, "against P→F on 6.6 k: {} [{}, {}] (chain:1)")
+    wanted += ratios[("chain:1", f, pf12)]
+    printed += _quoted(sampled, "chain:1 P→F {}×, F {}× against the 0.5B draft's {}×; chain:4 P→F {}×")
+    wanted += [speedup[("chain:1", d)] for d in (pf, f, "draft-0.5b")] + [speedup[("chain:4", pf)]]
+    benchmarks = (ROOT / "BENCHMARKS.md").read_text().split("Four times the German data")[1].split("\n\n")[0]
+    printed += _quoted(benchmarks, "{} answer tokens")
+    wanted += [tokens]
+    printed += _quoted(benchmarks, "greedy chain:1 F ÷ P {} [{}, {}] and sampled {} [{}, {}]")
+    wanted += [*pairs[(f, p)], *ratios[("chain:1", f, p)]]
+    printed += _quoted(benchmarks, "ahead of F (sampled {} [{}, {}])")
+    wanted += ratios[("chain:1", pf, f)]
+    printed += _quoted(benchmarks, "6.6 k (sampled {} [{}, {}])")
+    wanted += ratios[("chain:1", f, pf12)]
+    printed += _quoted(benchmarks, "predicted at {}× (greedy) and {}× (sampled) autoregressive")
+    wanted += [rows[pf]["greedy_chain1_speedup"], speedup[("chain:1", pf)]]
+    printed += _quoted(benchmarks, "against the 0.5B draft's {}× and {}×.")
+    wanted += [rows["draft-0.5b"]["greedy_chain1_speedup"], speedup[("chain:1", "draft-0.5b")]]
+    assert len(printed) == len(wanted)
+    for number, value in zip(printed, wanted, strict=True):
+        assert _agrees(number, value), (number, value)
 
 
 def test_the_rebuilt_grid_pairs_and_speedups_are_the_file():
