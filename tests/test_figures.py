@@ -390,10 +390,11 @@ def test_the_german_drafters_on_four_times_the_data_are_their_files():
     records = [_load(f"{folder}/training-rebuilt/deu-{k}-s48.json") for k in ("f", "pf")]
     s12 = _load(f"{folder}/training-rebuilt/deu-f-s12.json")["data"]["train_tokens"]
     tokens = records[0]["data"]["train_tokens"]
+    doublings = np.log2(tokens / s12)
     for r in records:
         assert r["data"]["train_tokens"] == tokens and len(r["source"]["shards"]) == 48
     printed = list(_quoted(greedy, "{} trained answer tokens, {} times s12's {} ({} doublings)"))
-    wanted = [tokens, tokens / s12, s12, np.log2(tokens / s12)]
+    wanted = [tokens, tokens / s12, s12, doublings]
     printed += _quoted(greedy, "last step F {}, P→F {} (on {} validation tokens")
     wanted += [records[0]["curve"][-1]["top1"], records[1]["curve"][-1]["top1"]]
     wanted += [records[0]["data"]["validation_tokens"]]
@@ -416,7 +417,7 @@ def test_the_german_drafters_on_four_times_the_data_are_their_files():
     wanted += [100 * (pairs[(f, p)][0] - 1), 100 * (pairs[(f, p)][1] - 1)]
     rate = {name: r["greedy_chain1"] for name, r in rows.items()}
     printed += _quoted(greedy, "F {} and P→F {} a doubling ({} → {}, {} → {})")
-    wanted += [(rate[f] - rate[f12]) / np.log2(tokens / s12), (rate[pf] - rate[pf12]) / np.log2(tokens / s12)]
+    wanted += [(rate[f] - rate[f12]) / doublings, (rate[pf] - rate[pf12]) / doublings]
     wanted += [rate[f12], rate[f], rate[pf12], rate[pf]]
     printed += _quoted(greedy, "P→F {}× and F {}× against the 0.5B draft's {}×")
     wanted += [rows[name]["greedy_chain1_speedup"] for name in (pf, f, "draft-0.5b")]
